@@ -1,0 +1,1 @@
+"""Generated gRPC stubs for the kubelet plugin APIs; regenerate with hack/gen-protos.py."""
