@@ -1,0 +1,1 @@
+"""drakit: a framework for Kubernetes DRA node drivers."""
