@@ -1,0 +1,56 @@
+"""CPU list syntax (``0-3,8,10-11``) as used by sysfs, cgroups and the kubelet.
+
+The same syntax appears in configuration (reserved CPUs), in sysfs files read by discovery and
+written by the hardware simulator, and in the cpusets handed to containers, so it lives in core
+as a small public helper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["CpuListError", "format_cpulist", "parse_cpulist"]
+
+
+class CpuListError(ValueError):
+    """A string is not in CPU list syntax."""
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """Parse a CPU list such as ``"0-3,8,10-11"`` into a set of CPU ids.
+
+    An empty string (or one of whitespace) is the empty set, as in sysfs files like
+    ``/sys/devices/system/cpu/isolated``.
+
+    Raises:
+        CpuListError: the text is not a CPU list; the message names the offending part.
+    """
+    cpus: set[int] = set()
+    stripped = text.strip()
+    if not stripped:
+        return frozenset()
+    for raw in stripped.split(","):
+        part = raw.strip()
+        lo_text, sep, hi_text = part.partition("-")
+        if not lo_text.isdigit() or (sep and not hi_text.isdigit()):
+            raise CpuListError(f'"{text}" is not a CPU list (example: "0-3,8")')
+        lo = int(lo_text)
+        hi = int(hi_text) if sep else lo
+        if hi < lo:
+            raise CpuListError(f'"{text}" is not a CPU list (range "{part}" runs backwards)')
+        cpus.update(range(lo, hi + 1))
+    return frozenset(cpus)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """Format CPU ids as a canonical CPU list: sorted, ranges collapsed (``0-3,8``)."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)

@@ -1,0 +1,265 @@
+"""The hook contract between drakit's core and its plugins.
+
+This module is the whole contract: every hook a backend or strategy may implement is declared
+here, once, with an empty body and a docstring that says when it is called, what each
+parameter means, what the return value means, the call mode, idempotency and threading.
+``docs/hooks.md`` has one section per hook; a test fails when a hook is missing there.
+
+Call modes:
+
+* **collect**: every implementation is called; core gathers the non-``None`` results.
+* **firstresult**: implementations are called until one returns non-``None``.
+* **routed**: core calls only the plugin that owns the device or configuration in question
+  (the plugin that discovered the device), never the others.
+
+Hooks are synchronous. Core calls them from worker threads (one per in-flight kubelet call),
+so a hook that keeps state must guard it. Always implement hooks with
+``@drakit.hookimpl``; an implementation may accept any subset of the documented parameters.
+
+Lifecycle, in order:
+
+1. ``drakit_discover_devices`` (collect), once per discovery round;
+2. ``drakit_enrich_devices`` (collect) over everybody's devices;
+3. ``drakit_compose_devices`` (collect) for devices built from other devices;
+4. ``drakit_publish_order`` (firstresult, by strategy) before rendering ResourceSlices;
+5. per claim: ``drakit_parse_config`` (routed), ``drakit_prepare_devices`` (routed),
+   and later ``drakit_unprepare_devices`` (routed);
+6. ``drakit_device_health`` (collect), polled;
+7. ``drakit_shape_request`` (firstresult, by strategy), from the admission webhook and CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pluggy
+from pydantic import BaseModel
+
+from drakit.models import (
+    ClaimInfo,
+    Device,
+    DeviceHealth,
+    DeviceInventory,
+    DeviceKey,
+    NodeInfo,
+    PreparedDevice,
+)
+from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClaim, SimpleRequest
+
+PROJECT = "drakit"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+__all__ = ["PROJECT", "hookimpl", "hookspec"]
+
+# ---------------------------------------------------------------------------------------------
+# discovery hooks
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec
+def drakit_discover_devices(node: NodeInfo) -> DeviceInventory | None:  # type: ignore[empty-body]
+    """Report the devices this plugin manages on the node.
+
+    Called at start-up and on every re-discovery interval (``discovery.interval``), from the
+    publisher's thread. Read hardware through ``node.sysfs_root`` (or the vendor library behind
+    your plugin's ``discovery`` seam), never through absolute paths, so simulated profiles and
+    real nodes take the same code path.
+
+    Args:
+        node: the node's name and the sysfs root to read.
+
+    Returns:
+        A :class:`~drakit.models.DeviceInventory` with this plugin's devices and any counter
+        sets they consume from, or ``None`` if the plugin has nothing on this node. Device names
+        must be unique within their pool (the node's pool unless ``Device.pool`` is set).
+
+    Call mode: collect. Idempotent: it must describe the hardware, not change it. A plugin that
+    raises fails the discovery round (the previous devices stay published) and is reported in
+    ``drakit_plugin_errors_total``.
+    """
+
+
+@hookspec
+def drakit_enrich_devices(
+    node: NodeInfo, devices: Mapping[DeviceKey, Device]
+) -> Mapping[DeviceKey, Mapping[str, Any]] | None:
+    """Add attributes to devices, including other plugins' devices.
+
+    Called after every discovery round with all devices discovered so far (read-only). Typical
+    use: a topology plugin adds the standard ``resource.kubernetes.io/pcieRoot`` and
+    ``resource.kubernetes.io/numaNode`` attributes to every PCI device it can place.
+
+    Args:
+        node: the node.
+        devices: every discovered device by key (driver, pool, device).
+
+    Returns:
+        ``{device_key: {attribute_name: value}}`` with values as plain ``int``/``bool``/``str``
+        or :class:`~drakit.models.DeviceAttribute`, or ``None``. Two plugins setting the same
+        attribute on the same device to different values is an error naming both plugins; an
+        enrichment may not overwrite an attribute the owner set.
+
+    Call mode: collect. Must be pure (no side effects); it runs on every round.
+    """
+
+
+@hookspec
+def drakit_compose_devices(
+    node: NodeInfo, devices: Mapping[DeviceKey, Device]
+) -> DeviceInventory | None:
+    """Contribute devices composed of other plugins' devices (e.g. GPU-NIC pairs).
+
+    Called after enrichment with every discovered and enriched device. A composite plugin
+    reads member devices only through this argument; it never imports another plugin.
+
+    Returns:
+        The composed devices (and their counter sets), owned by the composing plugin, or
+        ``None``.
+
+    Call mode: collect. Pure; runs on every discovery round.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# claim hooks (node side)
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def drakit_parse_config(api_version: str, kind: str, parameters: Mapping[str, Any]) -> BaseModel | None:
+    """Validate one opaque configuration object and return it as the plugin's model.
+
+    Called by the prepare pipeline for each opaque config entry whose ``driver`` is this
+    plugin's driver, and by the admission webhook for claims and classes, so the node and the
+    webhook accept exactly the same objects.
+
+    Args:
+        api_version: the object's ``apiVersion`` (e.g. ``cpu.drakit.io/v1alpha1``).
+        kind: the object's ``kind`` (e.g. ``CpuConfig``).
+        parameters: the whole JSON object.
+
+    Returns:
+        A pydantic model if this plugin owns ``(api_version, kind)``; ``None`` otherwise.
+
+    Raises:
+        drakit.errors.ConfigInvalid: the plugin owns the kind but the object is invalid; each
+            error names the field (``policy``) and the fix.
+
+    Call mode: routed (only plugins sharing the config's driver name are asked) and
+    firstresult. Pure and thread-safe.
+    """
+
+
+@hookspec(firstresult=True)
+def drakit_prepare_devices(claim: ClaimInfo) -> Sequence[PreparedDevice] | None:
+    """Prepare this plugin's devices of an allocated claim.
+
+    Called by the prepare pipeline after the claim was fetched and its UID checked, once per
+    claim and owning plugin, with only the devices this plugin discovered
+    (``claim.devices``). Each device carries its validated opaque configs
+    (``AllocatedDevice.config``, class first then claim; the last one wins where they overlap).
+
+    Returns:
+        One :class:`~drakit.models.PreparedDevice` per device, with the CDI container edits to
+        apply and private ``state`` that core checkpoints and hands back on unprepare.
+
+    Raises:
+        drakit.errors.PermanentError / RetryableError: this claim fails with that message;
+            other claims in the same kubelet call are unaffected.
+
+    Call mode: routed to the owning plugin. Idempotent: core may call it again for the same
+    claim after a crash or a kubelet retry; return the same result and repeat no side effect.
+    Threading: calls for different claims run concurrently.
+    """
+
+
+@hookspec(firstresult=True)
+def drakit_unprepare_devices(claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool | None:
+    """Undo what ``drakit_prepare_devices`` did for a claim.
+
+    Args:
+        claim_uid: the claim's UID (the claim object may no longer exist).
+        prepared: exactly what prepare returned for this plugin, from the checkpoint.
+
+    Returns:
+        ``True`` (or ``None``) when done.
+
+    Call mode: routed to the owning plugin. Idempotent and tolerant: undoing something already
+    undone is not an error.
+    """
+
+
+@hookspec
+def drakit_device_health(node: NodeInfo) -> Sequence[DeviceHealth] | None:
+    """Report the health of this plugin's devices.
+
+    Polled by the health monitor every ``health.interval`` seconds. Devices not reported keep
+    their last state; the kubelet marks devices it has not heard of for 30 s as Unknown, which
+    core prevents by resending the full list.
+
+    Call mode: collect. Must be quick and side-effect free.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# allocation strategy hooks
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def drakit_publish_order(strategy: str, devices: Sequence[Device]) -> Sequence[Device] | None:
+    """Order (and optionally group into pools) devices before they are rendered into slices.
+
+    The scheduler tries devices in slice order, so publishing NUMA-ordered devices makes its
+    first fit pack (strategy ``packed``) or, interleaved, spread (``distributed``).
+
+    Args:
+        strategy: the configured publishing strategy name.
+        devices: one plugin's devices, in discovery order.
+
+    Returns:
+        The same devices in the new order (a permutation; core checks), or ``None`` when this
+        implementation does not handle ``strategy``.
+
+    Call mode: firstresult. Pure.
+    """
+
+
+@hookspec(firstresult=True)
+def drakit_shape_request(strategy: str, request: SimpleRequest) -> ShapedClaim | None:
+    """Turn a simple request ("4 GPU-NIC pairs", "20 CPUs") into DRA requests and constraints.
+
+    Used by the admission webhook and ``drakit shape``. ``packed`` answers with a
+    ``matchAttribute`` constraint, ``distributed`` with ``distinctAttribute``, ``numa-preferred``
+    with a ``firstAvailable`` list whose first choice is constrained and whose last is not, so a
+    pod never stays Pending only because no single NUMA node has room.
+
+    Returns:
+        A :class:`~drakit.strategy_models.ShapedClaim`, or ``None`` when this implementation
+        does not handle ``strategy``.
+
+    Call mode: firstresult. Pure.
+    """
+
+
+@hookspec(firstresult=True)
+def drakit_select_resources(strategy: str, request: SelectionRequest) -> SelectionResult | None:
+    """Choose concrete resources inside an allocated device at prepare time.
+
+    Example: which CPUs of a NUMA-group device a claim for 20 CPUs gets. Backends call this
+    through the context's ``select`` helper from their prepare hook, so contributors can add
+    strategies without touching the backend.
+
+    Returns:
+        The chosen unit ids, or ``None`` when this implementation does not handle
+        ``strategy`` for ``request.kind``.
+
+    Raises:
+        drakit.errors.PermanentError: the request cannot be satisfied (e.g. full physical cores
+            were asked for and too few are free).
+
+    Call mode: firstresult. Pure; called concurrently for different claims.
+    """

@@ -1,0 +1,379 @@
+"""pydantic models that cross drakit's boundaries: hooks, the kubelet services and the API server.
+
+Every value a plugin receives from core is frozen. Device models mirror ``resource.k8s.io/v1``
+(see ``docs/architecture.md``); :mod:`drakit.slices` renders them to ResourceSlice objects and
+checks the API server's limits before anything is sent.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "AllocatedDevice",
+    "AttributeValue",
+    "CdiEdits",
+    "ClaimInfo",
+    "ClaimPrepareResult",
+    "ClaimRef",
+    "ClaimUnprepareResult",
+    "CounterConsumption",
+    "CounterSet",
+    "Device",
+    "DeviceAttribute",
+    "DeviceCapacity",
+    "DeviceHealth",
+    "DeviceInventory",
+    "DeviceKey",
+    "DeviceTaint",
+    "NodeInfo",
+    "OpaqueConfig",
+    "PreparedDevice",
+    "PreparedDeviceRef",
+    "Quantity",
+    "RequestPolicy",
+    "ValidRange",
+]
+
+_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+def _check_quantity(value: str | int) -> str:
+    text = str(value)
+    if not _QUANTITY.match(text):
+        raise ValueError(f"{text!r} is not a Kubernetes quantity (examples: 8, 80Gi, 500m)")
+    return text
+
+
+Quantity = Annotated[str, Field(description="A Kubernetes resource quantity such as 8 or 80Gi")]
+"""A Kubernetes quantity string (``8``, ``80Gi``, ``500m``)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class DeviceAttribute(_Frozen):
+    """One typed device attribute: exactly one of the fields is set.
+
+    Plain Python values are accepted where a ``DeviceAttribute`` is expected: ``int`` becomes
+    ``int``, ``bool`` becomes ``bool``, ``str`` becomes ``string``. Versions must be explicit:
+    ``DeviceAttribute(version="1.2.3")``.
+    """
+
+    int_: int | None = Field(default=None, alias="int")
+    bool_: bool | None = Field(default=None, alias="bool")
+    string: str | None = None
+    version: str | None = None
+    ints: tuple[int, ...] | None = None
+    bools: tuple[bool, ...] | None = None
+    strings: tuple[str, ...] | None = None
+    versions: tuple[str, ...] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_plain(cls, data: Any) -> Any:
+        if isinstance(data, bool):
+            return {"bool": data}
+        if isinstance(data, int):
+            return {"int": data}
+        if isinstance(data, str):
+            return {"string": data}
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        set_fields = [k for k, v in self if v is not None]
+        if len(set_fields) != 1:
+            raise ValueError(
+                f"a device attribute sets exactly one of int, bool, string, version, ints, bools, "
+                f"strings, versions (got {set_fields or 'none'})"
+            )
+        return self
+
+    @property
+    def value(self) -> int | bool | str | tuple[int, ...] | tuple[bool, ...] | tuple[str, ...]:
+        """The attribute's value, whatever its type."""
+        for _, v in self:
+            if v is not None:
+                return v  # type: ignore[no-any-return]
+        raise AssertionError("unreachable: validated to hold one value")
+
+    @property
+    def kind(self) -> str:
+        """The wire name of the set field: ``int``, ``bool``, ``string``, ``version``, ..."""
+        for name, v in self:
+            if v is not None:
+                field = type(self).model_fields[name]
+                return field.alias or name
+        raise AssertionError("unreachable: validated to hold one value")
+
+    def value_count(self) -> int:
+        """How many values this attribute contributes to the per-device value limit."""
+        v = self.value
+        return len(v) if isinstance(v, tuple) else 1
+
+    def to_api(self) -> dict[str, Any]:
+        """The ``resource.k8s.io/v1`` JSON form."""
+        v = self.value
+        return {self.kind: list(v) if isinstance(v, tuple) else v}
+
+
+AttributeValue = DeviceAttribute | int | bool | str
+"""What a plugin may write as an attribute value."""
+
+
+class ValidRange(_Frozen):
+    """``CapacityRequestPolicyRange``: requests between ``min`` and ``max`` in ``step`` increments."""
+
+    min: Quantity
+    max: Quantity | None = None
+    step: Quantity | None = None
+
+    _q = field_validator("min", "max", "step", mode="before")(
+        lambda v: None if v is None else _check_quantity(v)
+    )
+
+
+class RequestPolicy(_Frozen):
+    """How much of a consumable capacity one claim may take (DRAConsumableCapacity)."""
+
+    default: Quantity | None = None
+    valid_values: tuple[Quantity, ...] | None = Field(default=None, alias="validValues")
+    valid_range: ValidRange | None = Field(default=None, alias="validRange")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Self:
+        if self.valid_values is not None and self.valid_range is not None:
+            raise ValueError("set at most one of validValues and validRange")
+        return self
+
+
+class DeviceCapacity(_Frozen):
+    """A device capacity: a quantity and, for shareable devices, a request policy."""
+
+    value: Quantity
+    request_policy: RequestPolicy | None = Field(default=None, alias="requestPolicy")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_plain(cls, data: Any) -> Any:
+        if isinstance(data, (int, str)):
+            return {"value": data}
+        return data
+
+    _q = field_validator("value", mode="before")(_check_quantity)
+
+
+class CounterSet(_Frozen):
+    """A set of shared counters (KEP-4815) that partitionable devices consume from."""
+
+    name: str
+    counters: dict[str, Quantity]
+
+    @field_validator("counters", mode="before")
+    @classmethod
+    def _quantities(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: _check_quantity(q) for k, q in v.items()}
+        return v
+
+
+class CounterConsumption(_Frozen):
+    """How much of a counter set one device consumes while allocated."""
+
+    counter_set: str = Field(alias="counterSet")
+    counters: dict[str, Quantity]
+
+    @field_validator("counters", mode="before")
+    @classmethod
+    def _quantities(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: _check_quantity(q) for k, q in v.items()}
+        return v
+
+
+class DeviceTaint(_Frozen):
+    """A taint on a device (DRADeviceTaints), e.g. published while the device is unhealthy."""
+
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "NoExecute", "None"] = "NoSchedule"
+
+
+class DeviceKey(_Frozen):
+    """Identifies a device on a node: its driver, pool and name."""
+
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+class Device(_Frozen):
+    """A device as a plugin discovers it; rendered into a ResourceSlice by core.
+
+    ``pool`` is ``None`` for the node's default pool (named after the node). Attribute and
+    capacity names without a domain belong to the driver's own domain; standard names carry
+    theirs (``resource.kubernetes.io/pcieRoot``).
+    """
+
+    name: str
+    attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
+    capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
+    consumes_counters: tuple[CounterConsumption, ...] = Field(
+        default=(), alias="consumesCounters"
+    )
+    taints: tuple[DeviceTaint, ...] = ()
+    allow_multiple_allocations: bool | None = Field(default=None, alias="allowMultipleAllocations")
+    pool: str | None = None
+
+    def with_attributes(self, extra: dict[str, DeviceAttribute]) -> Device:
+        """A copy with ``extra`` attributes added (existing names are replaced)."""
+        return self.model_copy(update={"attributes": {**self.attributes, **extra}})
+
+    def with_taints(self, taints: tuple[DeviceTaint, ...]) -> Device:
+        """A copy with its taints replaced."""
+        return self.model_copy(update={"taints": taints})
+
+
+class DeviceInventory(_Frozen):
+    """What one plugin discovered: its devices and the counter sets they consume from."""
+
+    devices: tuple[Device, ...] = ()
+    counter_sets: tuple[CounterSet, ...] = Field(default=(), alias="counterSets")
+
+
+class NodeInfo(_Frozen):
+    """The node drakit runs on, as plugins see it."""
+
+    name: str
+    sysfs_root: str = Field(description="Root under which sys/ and proc/ are read ('/' on a node)")
+
+
+class OpaqueConfig(_Frozen):
+    """One opaque configuration entry from a DeviceClass or ResourceClaim.
+
+    ``source`` is ``class`` or ``claim``; ``requests`` is empty when the entry applies to every
+    request of the claim. ``parameters`` is the raw JSON object (``apiVersion``, ``kind``, ...).
+    """
+
+    source: Literal["class", "claim"]
+    requests: tuple[str, ...] = ()
+    driver: str
+    parameters: dict[str, Any]
+
+
+class AllocatedDevice(_Frozen):
+    """One device of an allocation result that a plugin must prepare."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    consumed_capacity: dict[str, Quantity] = Field(default_factory=dict, alias="consumedCapacity")
+    share_id: str | None = Field(default=None, alias="shareID")
+    admin_access: bool = Field(default=False, alias="adminAccess")
+    config: tuple[Any, ...] = Field(
+        default=(),
+        description="Validated opaque configs for this device, class first then claim (later wins)",
+    )
+
+    @property
+    def key(self) -> DeviceKey:
+        """This device's key on the node."""
+        return DeviceKey(driver=self.driver, pool=self.pool, device=self.device)
+
+
+class ClaimInfo(_Frozen):
+    """The ResourceClaim being prepared, reduced to what plugins need."""
+
+    namespace: str
+    name: str
+    uid: str
+    devices: tuple[AllocatedDevice, ...]
+
+
+class CdiEdits(_Frozen):
+    """Container edits for one prepared device (a subset of CDI ``containerEdits``)."""
+
+    env: tuple[str, ...] = ()
+    device_nodes: tuple[dict[str, Any], ...] = Field(default=(), alias="deviceNodes")
+    mounts: tuple[dict[str, Any], ...] = ()
+    hooks: tuple[dict[str, Any], ...] = ()
+
+    def to_cdi(self) -> dict[str, Any]:
+        """The CDI ``containerEdits`` JSON object."""
+        out: dict[str, Any] = {}
+        if self.env:
+            out["env"] = list(self.env)
+        if self.device_nodes:
+            out["deviceNodes"] = [dict(d) for d in self.device_nodes]
+        if self.mounts:
+            out["mounts"] = [dict(m) for m in self.mounts]
+        if self.hooks:
+            out["hooks"] = [dict(h) for h in self.hooks]
+        return out
+
+
+class PreparedDevice(_Frozen):
+    """What a plugin's prepare hook returns for one device.
+
+    ``state`` is plugin-private JSON recorded in the checkpoint and handed back on unprepare
+    (e.g. the CPUs chosen for the claim), so unprepare can undo exactly what prepare did.
+    """
+
+    request: str
+    pool: str
+    device: str
+    edits: CdiEdits = CdiEdits()
+    state: dict[str, Any] = Field(default_factory=dict)
+
+
+class DeviceHealth(_Frozen):
+    """The health of one device as a plugin reports it."""
+
+    pool: str
+    device: str
+    health: Literal["Healthy", "Unhealthy", "Unknown"]
+    message: str = ""
+    last_updated: datetime
+
+
+# --- kubelet service boundary (wire-neutral) ---------------------------------------------------
+
+
+class ClaimRef(_Frozen):
+    """A claim as the kubelet names it in NodePrepareResources / NodeUnprepareResources."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+class PreparedDeviceRef(_Frozen):
+    """One device of a prepared claim, as reported back to the kubelet."""
+
+    requests: list[str]
+    pool: str
+    device: str
+    cdi_device_ids: list[str]
+
+
+class ClaimPrepareResult(_Frozen):
+    """The result of preparing one claim: devices, or an error string for this claim alone."""
+
+    devices: list[PreparedDeviceRef] = Field(default_factory=list)
+    error: str = ""
+
+
+class ClaimUnprepareResult(_Frozen):
+    """The result of unpreparing one claim: empty error on success."""
+
+    error: str = ""
