@@ -1,0 +1,289 @@
+"""The DRA node service (``DRAPlugin`` v1 and v1beta1): prepare and unprepare claims.
+
+Both API versions are served from one :class:`NodeService`, which turns the wire claims into
+:class:`~drakit.models.ClaimRef` values, calls the driver's :class:`NodeHandler` and normalises
+the result so that the kubelet always gets exactly one entry per requested claim UID.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol, runtime_checkable
+
+import grpc
+
+from drakit.kubelet._proto import dra_v1_pb2 as v1
+from drakit.kubelet._proto import dra_v1_pb2_grpc as v1_grpc
+from drakit.kubelet._proto import dra_v1beta1_pb2 as v1beta1
+from drakit.kubelet._proto import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from drakit.models import ClaimPrepareResult, ClaimRef, ClaimUnprepareResult, PreparedDeviceRef
+
+__all__ = ["DRAPluginV1Servicer", "DRAPluginV1beta1Servicer", "NodeHandler", "NodeService"]
+
+logger = logging.getLogger(__name__)
+
+_request_ids = itertools.count(1)
+
+
+@runtime_checkable
+class NodeHandler(Protocol):
+    """What the DRA node service delegates to (drakit's prepare pipeline implements it).
+
+    Both methods receive every claim of one kubelet call and return results keyed by claim UID.
+    They may be called concurrently from gRPC worker threads unless the server serialises calls
+    (the default). Raising fails every claim of the call with the exception's message.
+    """
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimPrepareResult]:
+        """Prepare the claims' devices; must be idempotent.
+
+        Args:
+            claims: The claims of one NodePrepareResources call (never empty).
+
+        Returns:
+            One result per claim UID; a non-empty ``error`` fails just that claim.
+        """
+        ...
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimUnprepareResult]:
+        """Undo prepare; unknown or already unprepared claims succeed.
+
+        Args:
+            claims: The claims of one NodeUnprepareResources call (never empty).
+
+        Returns:
+            One result per claim UID; a non-empty ``error`` fails just that claim.
+        """
+        ...
+
+
+class _WireClaim(Protocol):
+    """The fields v1 and v1beta1 ``Claim`` messages share."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+
+
+def _claim_refs(claims: Iterable[_WireClaim]) -> list[ClaimRef]:
+    """Convert wire claims to ClaimRefs, dropping repeated UIDs (first one wins)."""
+    seen: set[str] = set()
+    refs = []
+    for c in claims:
+        if c.uid in seen:
+            continue
+        seen.add(c.uid)
+        refs.append(ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid))
+    return refs
+
+
+def _base_request_names(requests: Iterable[str]) -> list[str]:
+    """Strip subrequest suffixes (``"req/sub"`` -> ``"req"``) and drop duplicates, keeping order."""
+    names: list[str] = []
+    for r in requests:
+        base = r.split("/", 1)[0]
+        if base not in names:
+            names.append(base)
+    return names
+
+
+class NodeService:
+    """Version-neutral core of the DRA node service.
+
+    Args:
+        driver_name: The DRA driver name, for log messages.
+        handler: The driver's prepare/unprepare implementation.
+        serialize: Run at most one prepare or unprepare at a time in this process (like the Go
+            helper's default). Turn it off only when the handler does its own locking.
+    """
+
+    def __init__(self, driver_name: str, handler: NodeHandler, *, serialize: bool = True) -> None:
+        self._driver = driver_name
+        self._handler = handler
+        self._lock: threading.Lock | None = threading.Lock() if serialize else None
+
+    def _locked(self) -> AbstractContextManager[object]:
+        return self._lock if self._lock is not None else nullcontext()
+
+    def prepare(self, claims: Sequence[ClaimRef], *, api: str) -> dict[str, ClaimPrepareResult]:
+        """Call the handler and return exactly one result per requested claim UID.
+
+        Args:
+            claims: The requested claims (UIDs unique).
+            api: The API version that was called, for log messages.
+
+        Returns:
+            Results keyed by claim UID, in request order.
+        """
+        if not claims:
+            return {}
+        rid = next(_request_ids)
+        logger.debug(
+            "[%d] NodePrepareResources(%s) driver=%s claims=%s",
+            rid,
+            api,
+            self._driver,
+            [c.uid for c in claims],
+        )
+        try:
+            with self._locked():
+                raw = dict(self._handler.prepare(claims))
+        except Exception as exc:
+            logger.exception("[%d] prepare handler of driver %s failed", rid, self._driver)
+            err = f"prepare failed: {type(exc).__name__}: {exc}"
+            return {c.uid: ClaimPrepareResult(error=err) for c in claims}
+        missing = ClaimPrepareResult(
+            error=f"driver {self._driver} returned no result for this claim"
+        )
+        results = {c.uid: raw.pop(c.uid, missing) for c in claims}
+        self._log_results(rid, "NodePrepareResources", raw, results)
+        return results
+
+    def unprepare(self, claims: Sequence[ClaimRef], *, api: str) -> dict[str, ClaimUnprepareResult]:
+        """Call the handler and return exactly one result per requested claim UID.
+
+        Args:
+            claims: The requested claims (UIDs unique).
+            api: The API version that was called, for log messages.
+
+        Returns:
+            Results keyed by claim UID, in request order.
+        """
+        if not claims:
+            return {}
+        rid = next(_request_ids)
+        logger.debug(
+            "[%d] NodeUnprepareResources(%s) driver=%s claims=%s",
+            rid,
+            api,
+            self._driver,
+            [c.uid for c in claims],
+        )
+        try:
+            with self._locked():
+                raw = dict(self._handler.unprepare(claims))
+        except Exception as exc:
+            logger.exception("[%d] unprepare handler of driver %s failed", rid, self._driver)
+            err = f"unprepare failed: {type(exc).__name__}: {exc}"
+            return {c.uid: ClaimUnprepareResult(error=err) for c in claims}
+        missing = ClaimUnprepareResult(
+            error=f"driver {self._driver} returned no result for this claim"
+        )
+        results = {c.uid: raw.pop(c.uid, missing) for c in claims}
+        self._log_results(rid, "NodeUnprepareResources", raw, results)
+        return results
+
+    def _log_results(
+        self,
+        rid: int,
+        method: str,
+        unknown: Mapping[str, object],
+        results: Mapping[str, ClaimPrepareResult | ClaimUnprepareResult],
+    ) -> None:
+        if unknown:
+            logger.warning(
+                "[%d] %s: driver %s returned results for claims the kubelet did not ask for "
+                "(dropped): %s",
+                rid,
+                method,
+                self._driver,
+                sorted(unknown),
+            )
+        for uid, res in results.items():
+            if res.error:
+                logger.warning("[%d] %s: claim %s failed: %s", rid, method, uid, res.error)
+        logger.debug("[%d] %s done", rid, method)
+
+
+def _v1_device(d: PreparedDeviceRef) -> v1.Device:
+    # share_id (field 5) stays unset: the boundary model does not carry one yet.
+    return v1.Device(
+        request_names=_base_request_names(d.requests),
+        pool_name=d.pool,
+        device_name=d.device,
+        cdi_device_ids=list(d.cdi_device_ids),
+    )
+
+
+def _v1beta1_device(d: PreparedDeviceRef) -> v1beta1.Device:
+    return v1beta1.Device(
+        request_names=_base_request_names(d.requests),
+        pool_name=d.pool,
+        device_name=d.device,
+        cdi_device_ids=list(d.cdi_device_ids),
+    )
+
+
+class DRAPluginV1Servicer(v1_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` on top of a :class:`NodeService`.
+
+    Args:
+        service: The shared, version-neutral implementation.
+    """
+
+    def __init__(self, service: NodeService) -> None:
+        self._service = service
+
+    def NodePrepareResources(
+        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1.NodePrepareResourcesResponse:
+        """Prepare the requested claims."""
+        results = self._service.prepare(_claim_refs(request.claims), api="v1")
+        response = v1.NodePrepareResourcesResponse()
+        for uid, res in results.items():
+            entry = response.claims[uid]
+            entry.error = res.error
+            if not res.error:
+                entry.devices.extend(_v1_device(d) for d in res.devices)
+        return response
+
+    def NodeUnprepareResources(
+        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1.NodeUnprepareResourcesResponse:
+        """Unprepare the requested claims."""
+        results = self._service.unprepare(_claim_refs(request.claims), api="v1")
+        response = v1.NodeUnprepareResourcesResponse()
+        for uid, res in results.items():
+            response.claims[uid].error = res.error
+        return response
+
+
+class DRAPluginV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` on top of a :class:`NodeService`.
+
+    Args:
+        service: The shared, version-neutral implementation.
+    """
+
+    def __init__(self, service: NodeService) -> None:
+        self._service = service
+
+    def NodePrepareResources(
+        self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1beta1.NodePrepareResourcesResponse:
+        """Prepare the requested claims."""
+        results = self._service.prepare(_claim_refs(request.claims), api="v1beta1")
+        response = v1beta1.NodePrepareResourcesResponse()
+        for uid, res in results.items():
+            entry = response.claims[uid]
+            entry.error = res.error
+            if not res.error:
+                entry.devices.extend(_v1beta1_device(d) for d in res.devices)
+        return response
+
+    def NodeUnprepareResources(
+        self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        """Unprepare the requested claims."""
+        results = self._service.unprepare(_claim_refs(request.claims), api="v1beta1")
+        response = v1beta1.NodeUnprepareResourcesResponse()
+        for uid, res in results.items():
+            response.claims[uid].error = res.error
+        return response
