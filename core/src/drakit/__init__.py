@@ -1,1 +1,26 @@
-"""drakit: a framework for Kubernetes DRA node drivers."""
+"""drakit: a hook-driven framework for Kubernetes DRA node drivers.
+
+The public API is what this module exports plus :mod:`drakit.hookspecs`, :mod:`drakit.models`,
+:mod:`drakit.errors`, :mod:`drakit.config` (``PluginSettings``), :mod:`drakit.sysfs`,
+:mod:`drakit.cpuset`, :mod:`drakit.strategies` and :mod:`drakit.sim`. Everything else may
+change without notice.
+"""
+
+from __future__ import annotations
+
+from drakit.config import PluginSettings
+from drakit.context import PluginContext
+from drakit.errors import ConfigInvalid, PermanentError, RetryableError
+from drakit.hookspecs import hookimpl
+
+__all__ = [
+    "ConfigInvalid",
+    "PermanentError",
+    "PluginContext",
+    "PluginSettings",
+    "RetryableError",
+    "__version__",
+    "hookimpl",
+]
+
+__version__ = "0.1.0"

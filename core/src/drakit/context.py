@@ -1,0 +1,36 @@
+"""What core hands each backend: :class:`PluginContext`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from drakit.config import PluginSettings
+from drakit.models import NodeInfo
+from drakit.strategy_models import SelectionRequest, SelectionResult
+
+__all__ = ["PluginContext"]
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """What core hands a backend when it instantiates it.
+
+    Attributes:
+        name: the plugin's entry point name (``cpu``).
+        settings: the plugin's validated section (an instance of its ``settings_model``).
+        node: the node and its sysfs root.
+        driver_name: the DRA driver name this plugin publishes under.
+        strategy: the configured strategy (section ``strategy``, else ``publish_strategy``).
+        select: call the node-side selection hook (``drakit_select_resources``) by strategy.
+        log: a logger named after the plugin.
+    """
+
+    name: str
+    settings: PluginSettings
+    node: NodeInfo
+    driver_name: str
+    strategy: str | None
+    select: Callable[[str, SelectionRequest], SelectionResult]
+    log: logging.Logger

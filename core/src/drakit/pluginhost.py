@@ -1,0 +1,448 @@
+"""The plugin host: the only module that touches stevedore and pluggy's PluginManager.
+
+It loads exactly the backends named in the configuration (entry point group
+``drakit.plugins``), in that order, instantiates each with a :class:`PluginContext`, registers
+it with pluggy, checks every hook implementation against :mod:`drakit.hookspecs`, and offers a
+typed facade over the hooks. Strategies (group ``drakit.strategies``) are loaded the same way.
+
+A configured plugin that is not installed, fails to import, or breaks the contract stops
+start-up with one :class:`~drakit.errors.PluginLoadError` naming the plugin and the cause.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, ClassVar, Protocol, cast
+
+import pluggy
+import stevedore
+from pydantic import BaseModel, ValidationError
+
+from drakit import hookspecs
+from drakit.config import DrakitSettings, PluginSettings, validation_errors
+from drakit.context import PluginContext
+from drakit.errors import ConfigInvalid, PermanentError, PluginLoadError
+from drakit.models import (
+    ClaimInfo,
+    Device,
+    DeviceAttribute,
+    DeviceHealth,
+    DeviceInventory,
+    DeviceKey,
+    NodeInfo,
+    PreparedDevice,
+)
+from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClaim, SimpleRequest
+
+__all__ = [
+    "PLUGIN_GROUP",
+    "STRATEGY_GROUP",
+    "Discovered",
+    "InstalledEntry",
+    "PluginHost",
+    "installed_plugins",
+    "installed_strategies",
+]
+
+PLUGIN_GROUP = "drakit.plugins"
+STRATEGY_GROUP = "drakit.strategies"
+
+log = logging.getLogger(__name__)
+
+
+class BackendClass(Protocol):
+    """The shape of a backend entry point: a class built from a :class:`PluginContext`."""
+
+    settings_model: ClassVar[type[PluginSettings]]
+    default_driver: ClassVar[str]
+
+    def __call__(self, context: PluginContext) -> object: ...
+
+
+@dataclass(frozen=True)
+class InstalledEntry:
+    """An installed entry point, for ``drakit plugins``."""
+
+    group: str
+    name: str
+    target: str
+    distribution: str
+    version: str
+
+
+def _installed(group: str) -> list[InstalledEntry]:
+    out = []
+    for ep in metadata.entry_points(group=group):
+        dist = ep.dist
+        out.append(
+            InstalledEntry(
+                group=group,
+                name=ep.name,
+                target=ep.value,
+                distribution=dist.metadata["Name"] if dist else "?",
+                version=dist.version if dist else "?",
+            )
+        )
+    return sorted(out, key=lambda e: e.name)
+
+
+def installed_plugins() -> list[InstalledEntry]:
+    """Every installed backend entry point (whether enabled or not)."""
+    return _installed(PLUGIN_GROUP)
+
+
+def installed_strategies() -> list[InstalledEntry]:
+    """Every installed strategy entry point."""
+    return _installed(STRATEGY_GROUP)
+
+
+def _load_failure(group: str) -> Callable[[Any, Any, BaseException], None]:
+    def raise_it(_manager: Any, entrypoint: Any, exc: BaseException) -> None:
+        name = getattr(entrypoint, "name", str(entrypoint))
+        raise PluginLoadError(
+            name, f"failed to import {getattr(entrypoint, 'value', '?')}: {exc!r}"
+        ) from exc
+
+    return raise_it
+
+
+def _missing(group: str) -> Callable[[Iterable[str]], None]:
+    def raise_it(names: Iterable[str]) -> None:
+        installed = ", ".join(e.name for e in _installed(group)) or "none"
+        missing = sorted(names)
+        raise PluginLoadError(
+            missing[0],
+            f"not installed (no entry point {missing[0]!r} in group {group!r}; "
+            f"installed: {installed}). Install its distribution or remove it from the "
+            "configuration",
+        )
+
+    return raise_it
+
+
+def load_entry_points(group: str, names: Sequence[str]) -> list[tuple[str, Any]]:
+    """Import exactly ``names`` from entry point ``group``, in that order.
+
+    Raises:
+        PluginLoadError: a name is not installed or fails to import.
+    """
+    if not names:
+        return []
+    mgr = stevedore.NamedExtensionManager(
+        namespace=group,
+        names=list(names),
+        name_order=True,
+        invoke_on_load=False,
+        on_load_failure_callback=_load_failure(group),
+        on_missing_entrypoints_callback=_missing(group),
+        propagate_map_exceptions=True,
+    )
+    return [(ext.name, ext.plugin) for ext in mgr]
+
+
+@dataclass
+class Discovered:
+    """The result of one discovery round across all plugins."""
+
+    devices: dict[DeviceKey, Device] = field(default_factory=dict)
+    owners: dict[DeviceKey, str] = field(default_factory=dict)
+    counter_sets: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    """Counter sets per (driver, pool)."""
+
+    def by_driver(self) -> dict[str, list[Device]]:
+        """Devices grouped by driver name, in discovery order."""
+        out: dict[str, list[Device]] = {}
+        for key, dev in self.devices.items():
+            out.setdefault(key.driver, []).append(dev)
+        return out
+
+
+class PluginHost:
+    """Loads the configured backends and strategies and calls their hooks through a typed facade.
+
+    Build one per process (tests build their own; there is no global manager).
+
+    Args:
+        settings: the validated configuration; ``settings.plugins`` names the backends in order.
+        node: the node and sysfs root.
+        extra_plugins: objects registered in addition (tests; built-in helpers), by name.
+    """
+
+    def __init__(
+        self,
+        settings: DrakitSettings,
+        node: NodeInfo,
+        *,
+        extra_plugins: Mapping[str, object] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.node = node
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.backends: dict[str, object] = {}
+        self.contexts: dict[str, PluginContext] = {}
+        self.strategies: dict[str, object] = {}
+        self._owners: dict[DeviceKey, str] = {}
+        self._load_backends()
+        self._load_strategies()
+        for name, obj in (extra_plugins or {}).items():
+            self._register(name, obj)
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as e:
+            raise PluginLoadError(getattr(e.plugin, "__name__", str(e.plugin)), str(e)) from e
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def _register(self, name: str, obj: object) -> None:
+        try:
+            self.pm.register(obj, name=name)
+        except (pluggy.PluginValidationError, ValueError) as e:
+            raise PluginLoadError(name, f"does not match the hook contract: {e}") from e
+
+    def _load_backends(self) -> None:
+        errors: list[tuple[str, str]] = []
+        classes = load_entry_points(PLUGIN_GROUP, list(self.settings.plugins))
+        validated: list[tuple[str, Any, PluginSettings]] = []
+        for name, cls in classes:
+            model = getattr(cls, "settings_model", PluginSettings)
+            try:
+                section = model.model_validate(self.settings.plugins.get(name) or {})
+            except ValidationError as e:
+                errors.extend(validation_errors(e, prefix=f"plugins.{name}"))
+                continue
+            validated.append((name, cls, section))
+        if errors:
+            raise ConfigInvalid(errors, source="configuration")
+        for name, cls, section in validated:
+            driver = section.driver or getattr(cls, "default_driver", f"{name}.drakit.io")
+            ctx = PluginContext(
+                name=name,
+                settings=section,
+                node=self.node,
+                driver_name=driver,
+                strategy=section.strategy or self.settings.publish_strategy,
+                select=self.select,
+                log=logging.getLogger(f"drakit.plugin.{name}"),
+            )
+            try:
+                obj = cls(ctx)
+            except Exception as e:  # a vendor constructor can fail in any way
+                raise PluginLoadError(name, f"failed to start: {e!r}") from e
+            self._register(name, obj)
+            self.backends[name] = obj
+            self.contexts[name] = ctx
+
+    def _load_strategies(self) -> None:
+        wanted = {c.strategy for c in self.contexts.values() if c.strategy}
+        for entry in installed_strategies():
+            try:
+                [(name, cls)] = load_entry_points(STRATEGY_GROUP, [entry.name])
+            except PluginLoadError:
+                if entry.name in wanted:
+                    raise
+                log.warning("strategy %r failed to load; skipped", entry.name, exc_info=True)
+                continue
+            obj = cls() if isinstance(cls, type) else cls
+            self._register(f"strategy:{name}", obj)
+            self.strategies[name] = obj
+        unknown = sorted(wanted - set(self.strategies))
+        if unknown:
+            raise PluginLoadError(
+                unknown[0],
+                f"strategy not installed (installed: {', '.join(sorted(self.strategies))})",
+            )
+
+    # -- introspection -------------------------------------------------------------------------
+
+    def driver_names(self) -> dict[str, str]:
+        """Plugin name -> DRA driver name."""
+        return {n: c.driver_name for n, c in self.contexts.items()}
+
+    def plugins_for_driver(self, driver: str) -> list[str]:
+        """The plugins publishing under ``driver``, in configuration order."""
+        return [n for n, c in self.contexts.items() if c.driver_name == driver]
+
+    def owner_of(self, key: DeviceKey) -> str | None:
+        """The plugin that discovered a device in the last round, if any."""
+        return self._owners.get(key)
+
+    def hook_implementations(self, name: str) -> list[str]:
+        """The hooks a registered plugin implements."""
+        plugin = self.pm.get_plugin(name)
+        callers = self.pm.get_hookcallers(plugin) or [] if plugin is not None else []
+        return sorted(c.name for c in callers)
+
+    def _only(self, plugin: str, hook: str) -> Any:
+        others = [p for n, p in self.pm.list_name_plugin() if n != plugin]
+        return self.pm.subset_hook_caller(hook, remove_plugins=others)
+
+    # -- discovery -----------------------------------------------------------------------------
+
+    def discover(self) -> Discovered:
+        """Run discovery, enrichment and composition; record device ownership.
+
+        Raises:
+            PermanentError: a plugin returned something invalid (duplicate device, conflicting
+                enrichment); the message names the plugin and device.
+        """
+        out = Discovered()
+        for name in self.backends:
+            inv = self._only(name, "drakit_discover_devices")(node=self.node)
+            self._add_inventory(out, name, inv)
+        self._enrich(out)
+        for name in self.backends:
+            inv = self._only(name, "drakit_compose_devices")(node=self.node, devices=dict(out.devices))
+            self._add_inventory(out, name, inv)
+        self._owners = dict(out.owners)
+        return out
+
+    def _add_inventory(self, out: Discovered, plugin: str, result: Any) -> None:
+        results = result if isinstance(result, list) else [result]
+        driver = self.contexts[plugin].driver_name
+        for inv in results:
+            if inv is None:
+                continue
+            if not isinstance(inv, DeviceInventory):
+                raise PermanentError(
+                    f"plugin {plugin!r} returned {type(inv).__name__} from discovery; "
+                    "expected DeviceInventory"
+                )
+            for dev in inv.devices:
+                key = DeviceKey(driver=driver, pool=dev.pool or self.node.name, device=dev.name)
+                if key in out.devices:
+                    raise PermanentError(
+                        f"device {key} is reported twice (by {out.owners[key]!r} and {plugin!r});"
+                        " device names must be unique within a pool"
+                    )
+                out.devices[key] = dev
+                out.owners[key] = plugin
+            for cs in inv.counter_sets:
+                pool = self.node.name
+                out.counter_sets.setdefault((driver, pool), []).append(cs)
+
+    def _enrich(self, out: Discovered) -> None:
+        view = dict(out.devices)
+        added: dict[DeviceKey, dict[str, tuple[str, DeviceAttribute]]] = {}
+        for name in self.pm.list_name_plugin():
+            plugin_name = name[0]
+            patches = self._only(plugin_name, "drakit_enrich_devices")(node=self.node, devices=view)
+            for patch in patches:
+                if not patch:
+                    continue
+                for key, attrs in patch.items():
+                    if key not in out.devices:
+                        raise PermanentError(
+                            f"plugin {plugin_name!r} enriched unknown device {key}"
+                        )
+                    for attr, raw in attrs.items():
+                        value = DeviceAttribute.model_validate(raw)
+                        own = out.devices[key].attributes.get(attr)
+                        if own is not None and own != value:
+                            raise PermanentError(
+                                f"plugin {plugin_name!r} sets {attr}={value.value!r} on {key}, "
+                                f"but its owner {out.owners[key]!r} set {own.value!r}"
+                            )
+                        prev = added.setdefault(key, {}).get(attr)
+                        if prev is not None and prev[1] != value:
+                            raise PermanentError(
+                                f"plugins {prev[0]!r} and {plugin_name!r} disagree on {attr} of "
+                                f"{key}: {prev[1].value!r} vs {value.value!r}"
+                            )
+                        added[key][attr] = (plugin_name, value)
+        for key, attrs in added.items():
+            out.devices[key] = out.devices[key].with_attributes({a: v for a, (_, v) in attrs.items()})
+
+    # -- claims --------------------------------------------------------------------------------
+
+    def parse_config(self, driver: str, parameters: Mapping[str, Any]) -> BaseModel:
+        """Validate one opaque config object through the plugins of ``driver``.
+
+        Raises:
+            ConfigInvalid: invalid object, or no plugin of ``driver`` owns its kind.
+        """
+        api_version = parameters.get("apiVersion")
+        kind = parameters.get("kind")
+        if not isinstance(api_version, str) or not isinstance(kind, str):
+            raise ConfigInvalid(
+                [("apiVersion/kind", "an opaque config object needs string apiVersion and kind")]
+            )
+        for name in self.plugins_for_driver(driver):
+            res = self._only(name, "drakit_parse_config")(
+                api_version=api_version, kind=kind, parameters=dict(parameters)
+            )
+            if res is not None:
+                return cast(BaseModel, res)
+        owners = ", ".join(self.plugins_for_driver(driver)) or "none"
+        raise ConfigInvalid(
+            [
+                (
+                    "kind",
+                    f"no plugin of driver {driver!r} owns {api_version}/{kind} (plugins: {owners});"
+                    " check apiVersion and kind",
+                )
+            ]
+        )
+
+    def prepare(self, plugin: str, claim: ClaimInfo) -> list[PreparedDevice]:
+        """Call ``plugin``'s prepare hook for its devices of ``claim``."""
+        res = self._only(plugin, "drakit_prepare_devices")(claim=claim)
+        if res is None:
+            raise PermanentError(f"plugin {plugin!r} does not implement drakit_prepare_devices")
+        return list(res)
+
+    def unprepare(self, plugin: str, claim_uid: str, prepared: Sequence[PreparedDevice]) -> None:
+        """Call ``plugin``'s unprepare hook."""
+        self._only(plugin, "drakit_unprepare_devices")(claim_uid=claim_uid, prepared=list(prepared))
+
+    def health(self) -> dict[str, list[DeviceHealth]]:
+        """Health per plugin."""
+        out: dict[str, list[DeviceHealth]] = {}
+        for name in self.backends:
+            for batch in self._only(name, "drakit_device_health")(node=self.node):
+                out.setdefault(name, []).extend(batch or [])
+        return out
+
+    # -- strategies ----------------------------------------------------------------------------
+
+    def publish_order(self, strategy: str | None, devices: Sequence[Device]) -> list[Device]:
+        """Devices in the order ``strategy`` publishes them (unchanged if none applies)."""
+        if not strategy:
+            return list(devices)
+        res = self.pm.hook.drakit_publish_order(strategy=strategy, devices=list(devices))
+        if res is None:
+            return list(devices)
+        ordered = list(res)
+        if sorted(d.name for d in ordered) != sorted(d.name for d in devices):
+            raise PermanentError(f"strategy {strategy!r} publish order is not a permutation")
+        return ordered
+
+    def shape(self, strategy: str, request: SimpleRequest) -> ShapedClaim:
+        """Shape a simple request with ``strategy``.
+
+        Raises:
+            PermanentError: no installed strategy shapes requests under that name.
+        """
+        res = self.pm.hook.drakit_shape_request(strategy=strategy, request=request)
+        if res is None:
+            raise PermanentError(
+                f"strategy {strategy!r} does not shape requests "
+                f"(installed: {', '.join(sorted(self.strategies))})"
+            )
+        return cast(ShapedClaim, res)
+
+    def select(self, strategy: str, request: SelectionRequest) -> SelectionResult:
+        """Node-side selection with ``strategy``.
+
+        Raises:
+            PermanentError: no implementation handles ``strategy`` for ``request.kind``.
+        """
+        res = self.pm.hook.drakit_select_resources(strategy=strategy, request=request)
+        if res is None:
+            raise PermanentError(
+                f"no strategy {strategy!r} for selecting {request.kind} resources"
+            )
+        return cast(SelectionResult, res)

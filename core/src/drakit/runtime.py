@@ -1,0 +1,60 @@
+"""Shared start-up: settings -> node (real or simulated sysfs) -> plugin host.
+
+Used by the CLI, ``drakit node`` and ``drakit demo`` so they all load plugins the same way.
+"""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from drakit.config import DrakitSettings
+from drakit.models import NodeInfo
+from drakit.pluginhost import PluginHost, installed_plugins
+
+__all__ = ["DEFAULT_PLUGINS", "default_node_name", "effective_settings", "open_host", "sysfs_for"]
+
+DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_ainic", "composite")
+"""Backends enabled when the configuration names none: those of these that are installed."""
+
+
+def default_node_name(settings: DrakitSettings) -> str:
+    """The node name: configured, else the profile name (simulated), else the host name."""
+    if settings.node_name:
+        return settings.node_name
+    if settings.profile:
+        return settings.profile
+    return socket.gethostname().split(".")[0].lower()
+
+
+def effective_settings(settings: DrakitSettings) -> DrakitSettings:
+    """``settings`` with the default backends filled in when none are configured."""
+    if settings.plugins:
+        return settings
+    installed = {e.name for e in installed_plugins()}
+    plugins: dict[str, dict[str, object]] = {n: {} for n in DEFAULT_PLUGINS if n in installed}
+    return settings.model_copy(update={"plugins": plugins})
+
+
+@contextmanager
+def sysfs_for(settings: DrakitSettings) -> Iterator[Path]:
+    """The sysfs root to read: a materialised simulated profile, or ``settings.sysfs_root``."""
+    if not settings.profile:
+        yield settings.sysfs_root
+        return
+    from drakit.sim import build_profile  # noqa: PLC0415 - simulation is only loaded when asked
+
+    with tempfile.TemporaryDirectory(prefix=f"drakit-{settings.profile}-") as tmp:
+        yield build_profile(settings.profile, Path(tmp))
+
+
+@contextmanager
+def open_host(settings: DrakitSettings) -> Iterator[PluginHost]:
+    """Build the plugin host for ``settings`` (simulated hardware if a profile is set)."""
+    settings = effective_settings(settings)
+    with sysfs_for(settings) as root:
+        node = NodeInfo(name=default_node_name(settings), sysfs_root=str(root))
+        yield PluginHost(settings, node)

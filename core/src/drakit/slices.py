@@ -1,0 +1,343 @@
+"""Render devices into ``resource.k8s.io/v1`` ResourceSlices, checking the API's rules first.
+
+Rules (``docs/architecture.md``; facts from the API's validation code):
+
+* one pool per node by default (named after the node); ``Device.pool`` opens others;
+* at most 128 devices per slice, 64 when a device in it uses taints, ``consumesCounters`` or
+  list attributes;
+* counter sets go in slices of their own (1.35+: ``devices`` and ``sharedCounters`` are
+  exclusive), at most 8 per slice, 32 counters per set;
+* at most 32 attributes + capacities per device, 48 attribute values with lists;
+* names: driver a DNS subdomain (<= 63), pool DNS subdomains joined by ``/`` (<= 253), device,
+  counter set and counter names DNS labels, attribute names C identifiers (<= 32) with an
+  optional DNS-subdomain domain.
+
+Every violation raises :class:`~drakit.errors.SliceValidationError` naming the device and the
+rule, before anything is sent. Rendering is deterministic: the same input gives byte-identical
+output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drakit.errors import SliceValidationError
+from drakit.models import CounterSet, Device
+
+__all__ = [
+    "API_VERSION",
+    "MAX_DEVICES",
+    "MAX_DEVICES_ADVANCED",
+    "PoolSpec",
+    "render_pool",
+    "render_slices",
+    "validate_device",
+]
+
+API_VERSION = "resource.k8s.io/v1"
+MAX_DEVICES = 128
+MAX_DEVICES_ADVANCED = 64
+MAX_ATTRS_AND_CAPS = 32
+MAX_ATTRIBUTE_VALUES = 48
+MAX_COUNTER_SETS_PER_SLICE = 8
+MAX_COUNTERS_PER_SET = 32
+MAX_CONSUMPTIONS_PER_DEVICE = 2
+MAX_TAINTS = 16
+MAX_STRING = 64
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$"
+)
+
+
+def _fail(where: str, rule: str) -> SliceValidationError:
+    return SliceValidationError(f"{where}: {rule}")
+
+
+def check_dns_label(value: str, what: str, where: str) -> None:
+    """Raise unless ``value`` is a DNS label (<= 63 chars of ``[a-z0-9-]``)."""
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise _fail(
+            where,
+            f"{what} {value!r} must be a DNS label: at most 63 lower-case letters, digits or '-',"
+            " starting and ending with a letter or digit",
+        )
+
+
+def check_driver_name(driver: str) -> None:
+    """Raise unless ``driver`` is a valid DRA driver name."""
+    if len(driver) > 63 or not _DNS_SUBDOMAIN.match(driver.lower()):
+        raise _fail(
+            f"driver {driver!r}",
+            "a driver name must be a DNS subdomain of at most 63 characters (e.g. gpu.example.com)",
+        )
+
+
+def check_pool_name(pool: str) -> None:
+    """Raise unless ``pool`` is a valid pool name."""
+    if len(pool) > 253 or not all(_DNS_SUBDOMAIN.match(p) for p in pool.split("/")):
+        raise _fail(
+            f"pool {pool!r}",
+            "a pool name is one or more DNS subdomains separated by '/', at most 253 characters",
+        )
+
+
+def _check_qualified(name: str, where: str) -> None:
+    domain, sep, ident = name.rpartition("/")
+    if sep and (len(domain) > 63 or not _DNS_SUBDOMAIN.match(domain)):
+        raise _fail(where, f"the domain of {name!r} must be a DNS subdomain of at most 63 chars")
+    if len(ident) > 32 or not _C_IDENT.match(ident):
+        raise _fail(
+            where,
+            f"{name!r}: the name part must be a C identifier of at most 32 characters "
+            "(letters, digits, '_'; not starting with a digit)",
+        )
+
+
+def validate_device(device: Device, where: str, known_counter_sets: set[str] | None) -> None:
+    """Check one device against the API's per-device rules.
+
+    Args:
+        device: the device.
+        where: how to name it in errors (``driver/pool/device``).
+        known_counter_sets: counter set names of the pool; ``None`` skips reference checks.
+    """
+    check_dns_label(device.name, "device name", where)
+    n = len(device.attributes) + len(device.capacity)
+    if n > MAX_ATTRS_AND_CAPS:
+        raise _fail(
+            where,
+            f"{n} attributes + capacities; at most {MAX_ATTRS_AND_CAPS} per device are allowed",
+        )
+    values = 0
+    for name, attr in device.attributes.items():
+        _check_qualified(name, f"{where} attribute")
+        values += attr.value_count()
+        v = attr.value
+        texts = [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)] if isinstance(v, tuple) else []
+        for t in texts:
+            if len(t) > MAX_STRING:
+                raise _fail(where, f"attribute {name}: {t[:20]!r}... is over {MAX_STRING} characters")
+        if attr.kind in ("version", "versions"):
+            for t in texts:
+                if not _SEMVER.match(t):
+                    raise _fail(where, f"attribute {name}: {t!r} is not a semantic version (1.2.3)")
+        if attr.kind in ("ints", "bools", "strings", "versions") and not v:
+            raise _fail(where, f"attribute {name}: a list attribute may not be empty")
+    if values > MAX_ATTRIBUTE_VALUES:
+        raise _fail(where, f"{values} attribute values; at most {MAX_ATTRIBUTE_VALUES} per device")
+    for name, cap in device.capacity.items():
+        _check_qualified(name, f"{where} capacity")
+        if cap.request_policy is not None and not device.allow_multiple_allocations:
+            raise _fail(
+                where,
+                f"capacity {name} has a requestPolicy, which needs allowMultipleAllocations: true",
+            )
+    if len(device.taints) > MAX_TAINTS:
+        raise _fail(where, f"{len(device.taints)} taints; at most {MAX_TAINTS}")
+    if len(device.consumes_counters) > MAX_CONSUMPTIONS_PER_DEVICE:
+        raise _fail(
+            where,
+            f"{len(device.consumes_counters)} consumesCounters entries; at most "
+            f"{MAX_CONSUMPTIONS_PER_DEVICE}",
+        )
+    seen: set[str] = set()
+    for cc in device.consumes_counters:
+        if cc.counter_set in seen:
+            raise _fail(where, f"consumesCounters names counter set {cc.counter_set!r} twice")
+        seen.add(cc.counter_set)
+        if known_counter_sets is not None and cc.counter_set not in known_counter_sets:
+            raise _fail(
+                where,
+                f"consumesCounters references counter set {cc.counter_set!r}, which the pool does"
+                " not publish",
+            )
+        if len(cc.counters) > MAX_COUNTERS_PER_SET:
+            raise _fail(where, f"consumes {len(cc.counters)} counters; at most 32 per entry")
+        for c in cc.counters:
+            check_dns_label(c, "counter name", where)
+
+
+def _is_advanced(device: Device) -> bool:
+    return bool(
+        device.taints
+        or device.consumes_counters
+        or any(a.kind in ("ints", "bools", "strings", "versions") for a in device.attributes.values())
+    )
+
+
+def _device_to_api(device: Device) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": device.name}
+    if device.attributes:
+        out["attributes"] = {k: device.attributes[k].to_api() for k in sorted(device.attributes)}
+    if device.capacity:
+        caps: dict[str, Any] = {}
+        for k in sorted(device.capacity):
+            cap = device.capacity[k]
+            body: dict[str, Any] = {"value": cap.value}
+            if cap.request_policy is not None:
+                body["requestPolicy"] = cap.request_policy.model_dump(
+                    by_alias=True, exclude_none=True, mode="json"
+                )
+            caps[k] = body
+        out["capacity"] = caps
+    if device.consumes_counters:
+        out["consumesCounters"] = [
+            {"counterSet": cc.counter_set, "counters": {k: {"value": cc.counters[k]} for k in sorted(cc.counters)}}
+            for cc in device.consumes_counters
+        ]
+    if device.taints:
+        out["taints"] = [t.model_dump(exclude_none=True) for t in device.taints]
+    if device.allow_multiple_allocations is not None:
+        out["allowMultipleAllocations"] = device.allow_multiple_allocations
+    return out
+
+
+def _counter_set_to_api(cs: CounterSet) -> dict[str, Any]:
+    return {"name": cs.name, "counters": {k: {"value": cs.counters[k]} for k in sorted(cs.counters)}}
+
+
+def _chunks(devices: Sequence[Device]) -> list[list[Device]]:
+    out: list[list[Device]] = []
+    cur: list[Device] = []
+    advanced = False
+    for d in devices:
+        adv = advanced or _is_advanced(d)
+        limit = MAX_DEVICES_ADVANCED if adv else MAX_DEVICES
+        if len(cur) + 1 > limit:
+            out.append(cur)
+            cur, adv = [], _is_advanced(d)
+        cur.append(d)
+        advanced = adv
+    if cur:
+        out.append(cur)
+    return out
+
+
+def slice_name_prefix(node: str, driver: str, pool: str) -> str:
+    """The deterministic name prefix of a pool's slices (a DNS subdomain)."""
+    base = f"{node}-{driver}" if pool == node else f"{node}-{driver}-{pool.replace('/', '-')}"
+    base = re.sub(r"[^a-z0-9.-]", "-", base.lower()).strip("-.")
+    if len(base) > 200:
+        digest = hashlib.sha256(base.encode()).hexdigest()[:10]
+        base = f"{base[:189]}-{digest}"
+    return base
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One pool's devices and counter sets, as published under one driver."""
+
+    driver: str
+    node: str
+    pool: str
+    devices: tuple[Device, ...]
+    counter_sets: tuple[CounterSet, ...] = ()
+
+
+def render_pool(spec: PoolSpec, *, generation: int = 0) -> list[dict[str, Any]]:
+    """Render one pool into ResourceSlice objects (``resource.k8s.io/v1`` JSON dicts).
+
+    Raises:
+        SliceValidationError: a rule is broken; the message names the device and the rule.
+    """
+    check_driver_name(spec.driver)
+    check_pool_name(spec.pool)
+    names: set[str] = set()
+    for cs in spec.counter_sets:
+        where = f"{spec.driver}/{spec.pool} counter set {cs.name!r}"
+        check_dns_label(cs.name, "counter set name", where)
+        if cs.name in names:
+            raise _fail(where, "counter set names must be unique within a pool")
+        names.add(cs.name)
+        if len(cs.counters) > MAX_COUNTERS_PER_SET:
+            raise _fail(where, f"{len(cs.counters)} counters; at most {MAX_COUNTERS_PER_SET}")
+        for c in cs.counters:
+            check_dns_label(c, "counter name", where)
+    seen: set[str] = set()
+    for d in spec.devices:
+        where = f"device {spec.driver}/{spec.pool}/{d.name}"
+        if d.name in seen:
+            raise _fail(where, "device names must be unique within a pool")
+        seen.add(d.name)
+        validate_device(d, where, names)
+
+    bodies: list[dict[str, Any]] = []
+    cs_list = list(spec.counter_sets)
+    for i in range(0, len(cs_list), MAX_COUNTER_SETS_PER_SLICE):
+        part = cs_list[i : i + MAX_COUNTER_SETS_PER_SLICE]
+        bodies.append({"sharedCounters": [_counter_set_to_api(cs) for cs in part]})
+    for chunk in _chunks(spec.devices):
+        bodies.append({"devices": [_device_to_api(d) for d in chunk]})
+    if not bodies:  # an empty pool is still published, so consumers see it has no devices
+        bodies.append({"devices": []})
+
+    prefix = slice_name_prefix(spec.node, spec.driver, spec.pool)
+    out = []
+    for i, body in enumerate(bodies):
+        out.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{prefix}-{i}"},
+                "spec": {
+                    "driver": spec.driver,
+                    "nodeName": spec.node,
+                    "pool": {
+                        "name": spec.pool,
+                        "generation": generation,
+                        "resourceSliceCount": len(bodies),
+                    },
+                    **body,
+                },
+            }
+        )
+    return out
+
+
+def pools_from_devices(
+    driver: str, node: str, devices: Iterable[Device], counter_sets: Sequence[CounterSet] = ()
+) -> list[PoolSpec]:
+    """Group one driver's devices into pools (the node's pool unless ``Device.pool`` is set).
+
+    Counter sets belong to the node's pool.
+    """
+    by_pool: dict[str, list[Device]] = {}
+    for d in devices:
+        by_pool.setdefault(d.pool or node, []).append(d)
+    if counter_sets and node not in by_pool:
+        by_pool[node] = []
+    return [
+        PoolSpec(
+            driver=driver,
+            node=node,
+            pool=pool,
+            devices=tuple(devs),
+            counter_sets=tuple(counter_sets) if pool == node else (),
+        )
+        for pool, devs in sorted(by_pool.items())
+    ]
+
+
+def render_slices(
+    driver: str,
+    node: str,
+    devices: Iterable[Device],
+    counter_sets: Sequence[CounterSet] = (),
+    *,
+    generation: int = 0,
+) -> list[dict[str, Any]]:
+    """Render one driver's devices on a node into ResourceSlices, pool by pool."""
+    out: list[dict[str, Any]] = []
+    for spec in pools_from_devices(driver, node, devices, counter_sets):
+        out.extend(render_pool(spec, generation=generation))
+    return out
