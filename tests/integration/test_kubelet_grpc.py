@@ -641,3 +641,14 @@ def test_missing_registry_dir_is_a_clear_error(kubelet_dir: Path, handler: FakeH
     with pytest.raises(FileNotFoundError, match="plugins_registry"):
         srv.start()
     assert not srv.running
+
+
+def test_failed_start_leaves_nothing_behind(kubelet_dir: Path, handler: FakeHandler) -> None:
+    srv = KubeletPluginServer(DRIVER, handler, kubelet_dir=kubelet_dir, instance_id=POD_UID)
+    srv.registration_socket.mkdir()  # something that is not ours to replace
+    with pytest.raises(OSError, match="directory"):
+        srv.start()
+    assert not srv.running
+    assert not srv.dra_socket.exists()
+    assert [p.name for p in kubelet_dir.rglob(".*")] == []
+    srv.stop()

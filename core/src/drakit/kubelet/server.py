@@ -192,6 +192,7 @@ class _Listener:
     """One running gRPC server and the socket file it owns."""
 
     server: grpc.Server
+    executor: ThreadPoolExecutor
     path: Path
     identity: tuple[int, int]  # (st_dev, st_ino) of the socket we created
 
@@ -400,24 +401,26 @@ class KubeletPluginServer:
         if path.exists() or path.is_symlink():
             logger.info("replacing stale %s", path)
         workers = self._max_workers if kind == "dra" else 2
-        server = grpc.server(
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"drakit-{kind}")
-        )
+        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"drakit-{kind}")
+        server = grpc.server(executor)
         add_services(server)
         try:
-            server.add_insecure_port(f"unix:{tmp}")
-        except RuntimeError as exc:
-            raise RuntimeError(f"cannot listen on {tmp} (for {path}): {exc}") from exc
-        server.start()
-        try:
+            try:
+                server.add_insecure_port(f"unix:{tmp}")
+            except RuntimeError as exc:
+                raise RuntimeError(f"cannot listen on {tmp} (for {path}): {exc}") from exc
+            server.start()
             tmp.replace(path)  # atomic: a stale socket of ours is replaced, never seen missing
             st = path.lstat()
         except BaseException:
             server.stop(0).wait()
+            executor.shutdown(wait=False)
             _remove_path(tmp)
             raise
         logger.debug("listening on %s", path)
-        return _Listener(server=server, path=path, identity=(st.st_dev, st.st_ino))
+        return _Listener(
+            server=server, executor=executor, path=path, identity=(st.st_dev, st.st_ino)
+        )
 
     def _shutdown(self, grace: float) -> None:
         """Unpublish the registration socket, end health streams, stop servers, remove sockets."""
@@ -432,6 +435,7 @@ class KubeletPluginServer:
         for event in done:
             event.wait()
         for lst in listeners:
+            lst.executor.shutdown(wait=False)
             self._remove_own(lst)
 
     @staticmethod
