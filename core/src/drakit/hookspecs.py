@@ -154,13 +154,21 @@ def drakit_parse_config(api_version: str, kind: str, parameters: Mapping[str, An
 
 
 @hookspec(firstresult=True)
-def drakit_prepare_devices(claim: ClaimInfo) -> Sequence[PreparedDevice] | None:
+def drakit_prepare_devices(
+    claim: ClaimInfo, held: Sequence[PreparedDevice]
+) -> Sequence[PreparedDevice] | None:
     """Prepare this plugin's devices of an allocated claim.
 
     Called by the prepare pipeline after the claim was fetched and its UID checked, once per
     claim and owning plugin, with only the devices this plugin discovered
     (``claim.devices``). Each device carries its validated opaque configs
     (``AllocatedDevice.config``, class first then claim; the last one wins where they overlap).
+
+    Args:
+        claim: the claim, with only this plugin's devices.
+        held: what this plugin prepared for every *other* claim still prepared on the node
+            (from the checkpoint), so it never hands out a resource another claim holds (e.g.
+            exclusive CPUs). Calls for one driver are serialised, so this view is consistent.
 
     Returns:
         One :class:`~drakit.models.PreparedDevice` per device, with the CDI container edits to
@@ -172,7 +180,8 @@ def drakit_prepare_devices(claim: ClaimInfo) -> Sequence[PreparedDevice] | None:
 
     Call mode: routed to the owning plugin. Idempotent: core may call it again for the same
     claim after a crash or a kubelet retry; return the same result and repeat no side effect.
-    Threading: calls for different claims run concurrently.
+    Threading: calls for one driver are serialised (per process and, by a file lock, across
+    the two instances of a rolling update); different drivers run concurrently.
     """
 
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from drakit import hookspecs
 from drakit.config import DrakitSettings, PluginSettings, validation_errors
 from drakit.context import PluginContext
-from drakit.errors import ConfigInvalid, PermanentError, PluginLoadError
+from drakit.errors import ConfigInvalid, DrakitError, PermanentError, PluginLoadError
 from drakit.models import (
     ClaimInfo,
     Device,
@@ -276,9 +276,21 @@ class PluginHost:
         callers = self.pm.get_hookcallers(plugin) or [] if plugin is not None else []
         return sorted(c.name for c in callers)
 
-    def _only(self, plugin: str, hook: str) -> Any:
+    def _only(self, plugin: str, hook: str) -> Callable[..., Any]:
+        """A caller of ``hook`` on ``plugin`` alone that names the plugin in any failure."""
         others = [p for n, p in self.pm.list_name_plugin() if n != plugin]
-        return self.pm.subset_hook_caller(hook, remove_plugins=others)
+        caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
+
+        def call(**kwargs: Any) -> Any:
+            try:
+                return caller(**kwargs)
+            except DrakitError:
+                raise
+            except Exception as e:  # a vendor hook can fail in any way; name who failed
+                log.exception("plugin %r failed in %s", plugin, hook)
+                raise PermanentError(f"plugin {plugin!r} failed in {hook}: {e!r}") from e
+
+        return call
 
     # -- discovery -----------------------------------------------------------------------------
 
@@ -387,9 +399,11 @@ class PluginHost:
             ]
         )
 
-    def prepare(self, plugin: str, claim: ClaimInfo) -> list[PreparedDevice]:
+    def prepare(
+        self, plugin: str, claim: ClaimInfo, held: Sequence[PreparedDevice] = ()
+    ) -> list[PreparedDevice]:
         """Call ``plugin``'s prepare hook for its devices of ``claim``."""
-        res = self._only(plugin, "drakit_prepare_devices")(claim=claim)
+        res = self._only(plugin, "drakit_prepare_devices")(claim=claim, held=list(held))
         if res is None:
             raise PermanentError(f"plugin {plugin!r} does not implement drakit_prepare_devices")
         return list(res)

@@ -5,6 +5,7 @@ Used by the CLI, ``drakit node`` and ``drakit demo`` so they all load plugins th
 
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -15,7 +16,14 @@ from drakit.config import DrakitSettings
 from drakit.models import NodeInfo
 from drakit.pluginhost import PluginHost, installed_plugins
 
-__all__ = ["DEFAULT_PLUGINS", "default_node_name", "effective_settings", "open_host", "sysfs_for"]
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "default_node_name",
+    "effective_settings",
+    "fast_tmp",
+    "open_host",
+    "sysfs_for",
+]
 
 DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_ainic", "composite")
 """Backends enabled when the configuration names none: those of these that are installed."""
@@ -39,6 +47,16 @@ def effective_settings(settings: DrakitSettings) -> DrakitSettings:
     return settings.model_copy(update={"plugins": plugins})
 
 
+def fast_tmp() -> str | None:
+    """A memory-backed temp directory (``/dev/shm``) if there is one, else the default.
+
+    A simulated profile is thousands of small files; on a loaded disk writing them takes tens
+    of seconds, in memory well under one.
+    """
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
 @contextmanager
 def sysfs_for(settings: DrakitSettings) -> Iterator[Path]:
     """The sysfs root to read: a materialised simulated profile, or ``settings.sysfs_root``."""
@@ -47,7 +65,7 @@ def sysfs_for(settings: DrakitSettings) -> Iterator[Path]:
         return
     from drakit.sim import build_profile  # noqa: PLC0415 - simulation is only loaded when asked
 
-    with tempfile.TemporaryDirectory(prefix=f"drakit-{settings.profile}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"drakit-{settings.profile}-", dir=fast_tmp()) as tmp:
         yield build_profile(settings.profile, Path(tmp))
 
 
