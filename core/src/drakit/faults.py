@@ -1,0 +1,33 @@
+"""Fault injection for crash tests: ``DRAKIT_CRASH_AT`` names points where the process dies.
+
+The crash tests start ``drakit node`` with ``DRAKIT_CRASH_AT=<point>[,<point>...]`` and repeat
+the kubelet's call after the restart. A named point kills the process with SIGKILL (no cleanup,
+exactly like ``kill -9``). Points: ``prepare-after-get``, ``prepare-after-plugin``,
+``prepare-after-cdi``, ``prepare-after-checkpoint``, ``unprepare-after-plugin``,
+``unprepare-after-cdi``, ``unprepare-after-checkpoint``. Unset in production: one environment
+lookup per point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["CRASH_POINTS", "crash_point"]
+
+CRASH_POINTS = (
+    "prepare-after-get",
+    "prepare-after-plugin",
+    "prepare-after-cdi",
+    "prepare-after-checkpoint",
+    "unprepare-after-plugin",
+    "unprepare-after-cdi",
+    "unprepare-after-checkpoint",
+)
+
+
+def crash_point(name: str) -> None:
+    """Die here with SIGKILL if ``DRAKIT_CRASH_AT`` names this point."""
+    wanted = os.environ.get("DRAKIT_CRASH_AT")
+    if wanted and name in wanted.split(","):
+        os.kill(os.getpid(), signal.SIGKILL)
