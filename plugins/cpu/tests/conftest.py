@@ -347,9 +347,10 @@ UPSTREAM_TOPOLOGIES: dict[str, Callable[[], CpuTopology]] = {
         num_numa_nodes=1,
         num_uncore_caches=1,
     ),
-    # RECONSTRUCTED: the definition of this fixture was not available; this layout (32 CPUs, no
-    # SMT, 8 CPUs per L3) is the one its two upstream test cases describe and imply (the only
-    # layout under which both upstream expectations hold, see test_policy_static.py).
+    # RECONSTRUCTED: the upstream definition was not available. Its two uses ("8 cpus per
+    # uncore", reserved 0-3, "every uncore has partially allocated 4 CPUs" = 8-11,16-19,24-27,
+    # expected uncores {0,1}) describe this layout: 32 CPUs, no SMT, 4 L3s of 8. With more L3s
+    # (e.g. 64 CPUs) a fully free L3 would exist and upstream's expectation could not hold.
     "topoSmallSingleSocketSingleNumaPerSocketNoSMTUncore": lambda: _build(
         range(32),
         lambda i: (i, 0, 0, i // 8),

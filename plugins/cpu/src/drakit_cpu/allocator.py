@@ -12,7 +12,9 @@ Public entry points, one per kubelet static-policy configuration:
 * :func:`take_packed` - the default (``TakeByTopologyNUMAPacked``), optionally with
   ``prefer-align-cpus-by-uncorecache`` and ``full-pcpus-only``;
 * :func:`take_spread` - ``distribute-cpus-across-cores``;
-* :func:`take_distributed` - ``distribute-cpus-across-numa`` (``takeByTopologyNUMADistributed``).
+* :func:`take_distributed` - ``distribute-cpus-across-numa`` (``takeByTopologyNUMADistributed``);
+* :func:`check_full_pcpus_only` - the ``full-pcpus-only`` admission check on its own, for callers
+  that split one request into several takes (kubelet checks the whole request once).
 
 They are pure functions of their arguments: no I/O, no state. Errors are
 :class:`AllocationError` (a ``ValueError``) carrying kubelet's message.
@@ -33,6 +35,7 @@ __all__ = [
     "AllocationError",
     "NotEnoughCpusError",
     "SMTAlignmentError",
+    "check_full_pcpus_only",
     "take_distributed",
     "take_packed",
     "take_spread",
@@ -144,7 +147,7 @@ def take_packed(
     free = _as_set(available)
     _check_count(n)
     if full_pcpus_only:
-        _check_full_pcpus(topo, free, n, reserved)
+        check_full_pcpus_only(topo, free, n, reserved)
     return _take_packed(topo, free, n, spread=False, prefer_uncore=prefer_uncore)
 
 
@@ -212,7 +215,7 @@ def take_distributed(
     if group_size < 1:
         raise ValueError(f"group_size must be at least 1 (got {group_size})")
     if full_pcpus_only:
-        _check_full_pcpus(topo, free, n, reserved)
+        check_full_pcpus_only(topo, free, n, reserved)
     return _take_distributed(topo, free, n, group_size, spread=False)
 
 
@@ -228,10 +231,26 @@ def _check_count(n: int) -> None:
         raise ValueError(f"cannot allocate a negative number of CPUs ({n})")
 
 
-def _check_full_pcpus(
-    topo: CpuTopology, available: frozenset[int], n: int, reserved: Iterable[int]
+def check_full_pcpus_only(
+    topo: CpuTopology, available: Iterable[int], n: int, reserved: Iterable[int] = ()
 ) -> None:
-    """The ``full-pcpus-only`` admission checks of kubelet ``staticPolicy.Allocate``."""
+    """Run kubelet's ``full-pcpus-only`` admission checks (``staticPolicy.Allocate``).
+
+    ``n`` must be a multiple of the SMT level (``NumCPUs // NumCores``), and no larger than the
+    available CPUs once every SMT sibling of a reserved CPU is excluded (reserving half a core
+    would otherwise let the packed algorithm hand out the other half).
+
+    Args:
+        topo: the whole machine.
+        available: the free CPUs (reserved CPUs already removed).
+        n: the whole request.
+        reserved: the reserved CPUs.
+
+    Raises:
+        SMTAlignmentError: the request is rejected, with kubelet's message.
+        AllocationError: the topology declares no cores.
+    """
+    available = _as_set(available)
     per_core = topo.cpus_per_core()
     if per_core < 1:
         raise AllocationError("topology declares no cores; cannot align to physical CPUs")
