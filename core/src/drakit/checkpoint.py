@@ -11,7 +11,7 @@ The node's boot ID is recorded: after a reboot the CDI specs (on tmpfs) are gone
 completed claim is demoted to ``PrepareStarted`` and re-prepared on the next call.
 
 A checkpoint that cannot be read (bad JSON, bad checksum, unknown version) is moved aside to
-``<name>.corrupt-<timestamp>``, reported through ``on_corrupt`` (a Kubernetes Event and a log
+``<name>.corrupt-<timestamp>``, reported through ``on_repair`` (a Kubernetes Event and a log
 line in the node), and replaced by an empty one: the driver keeps serving, never crash-loops.
 """
 
@@ -114,7 +114,9 @@ class CheckpointStore:
         path: the checkpoint file.
         driver: the driver it belongs to (a mismatch is treated as corruption).
         boot_id: the current boot ID.
-        on_corrupt: called with a message when a corrupt file was moved aside.
+        on_repair: called as ``on_repair(reason, message, count)`` when the store repaired
+            something: ``"corrupt"`` (a file moved aside; count 1) or ``"reboot"`` (``count``
+            completed claims demoted for re-preparation).
     """
 
     def __init__(
@@ -122,14 +124,12 @@ class CheckpointStore:
         path: Path,
         driver: str,
         boot_id: str,
-        on_corrupt: Callable[[str], None] | None = None,
+        on_repair: Callable[[str, str, int], None] | None = None,
     ) -> None:
         self.path = path
         self.driver = driver
         self.boot_id = boot_id
-        self.on_corrupt = on_corrupt
-        self.repairs = 0
-        """Corrupt files moved aside plus claims demoted after a reboot (for metrics)."""
+        self.on_repair = on_repair
 
     def load(self) -> Checkpoint:
         """The current checkpoint; empty if missing; repaired if corrupt or from another boot."""
@@ -152,14 +152,14 @@ class CheckpointStore:
                 if rec.phase == ClaimPhase.PREPARE_COMPLETED:
                     rec.phase = ClaimPhase.PREPARE_STARTED
                     demoted += 1
-            log.info(
-                "node rebooted since the checkpoint was written (boot %s -> %s): %d prepared "
-                "claims will be re-prepared on their next call",
-                cp.boot_id or "?",
-                self.boot_id or "?",
-                demoted,
+            msg = (
+                f"node rebooted since the checkpoint was written (boot {cp.boot_id or '?'} -> "
+                f"{self.boot_id or '?'}): {demoted} prepared claims will be re-prepared on "
+                "their next call"
             )
-            self.repairs += demoted
+            log.info("%s", msg)
+            if self.on_repair is not None and demoted:
+                self.on_repair("reboot", msg, demoted)
             cp.boot_id = self.boot_id
             self.save(cp)
         return cp
@@ -177,9 +177,8 @@ class CheckpointStore:
             "their CDI specs are removed by name"
         )
         log.error("%s", msg)
-        self.repairs += 1
-        if self.on_corrupt is not None:
-            self.on_corrupt(msg)
+        if self.on_repair is not None:
+            self.on_repair("corrupt", msg, 1)
         empty = Checkpoint(driver=self.driver, boot_id=self.boot_id)
         self.save(empty)
         return empty

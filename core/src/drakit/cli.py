@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"drakit: error: {e}", err=True)
         sys.exit(USER_ERROR)
-    except ValueError as e:  # e.g. an unknown simulated profile
+    except (ValueError, OSError) as e:  # an unknown simulated profile, a missing directory
         if verbose:
             raise
         click.echo(f"drakit: error: {e}", err=True)

@@ -74,6 +74,7 @@ class MetricsSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    enabled: bool = True
     address: str = "0.0.0.0"  # noqa: S104 - a DaemonSet pod serves metrics on its pod IP
     port: int = Field(default=8080, ge=0, le=65535, description="0 picks a free port")
 

@@ -97,7 +97,7 @@ class DriverState:
         state_dir: drakit's state directory; this driver uses ``<state_dir>/<driver>/``.
         cdi_dir: the CDI spec directory.
         boot_id: the node's current boot ID.
-        on_corrupt: called when a corrupt checkpoint was moved aside (to emit an Event).
+        on_repair: called when the checkpoint was repaired (see :class:`CheckpointStore`).
         observer: receives per-claim timings.
         get_workers: how many claim GETs run in parallel.
     """
@@ -111,7 +111,7 @@ class DriverState:
         state_dir: Path,
         cdi_dir: Path,
         boot_id: str,
-        on_corrupt: Callable[[str], None] | None = None,
+        on_repair: Callable[[str, str, int], None] | None = None,
         observer: PipelineObserver | None = None,
         get_workers: int = 8,
     ) -> None:
@@ -120,7 +120,7 @@ class DriverState:
         self.claims = claims
         self.dir = state_dir / driver
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.store = CheckpointStore(self.dir / "checkpoint.json", driver, boot_id, on_corrupt)
+        self.store = CheckpointStore(self.dir / "checkpoint.json", driver, boot_id, on_repair)
         self.cdi = CdiWriter(cdi_dir, driver)
         self.observer = observer
         self._lock = threading.Lock()

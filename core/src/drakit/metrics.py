@@ -1,0 +1,138 @@
+"""Prometheus metrics and the ``/healthz`` / ``/readyz`` probes of ``drakit node``.
+
+Names are vendor-neutral (``drakit_*``) and labelled by driver, so one dashboard serves every
+backend:
+
+==========================================  ==========  ================================
+metric                                      type        labels
+==========================================  ==========  ================================
+``drakit_prepare_seconds``                  histogram   driver, result (success/error)
+``drakit_unprepare_seconds``                histogram   driver, result
+``drakit_devices_published``                gauge       driver
+``drakit_slice_writes_total``               counter     op (create/update/delete)
+``drakit_checkpoint_repairs_total``         counter     driver
+``drakit_plugin_errors_total``              counter     plugin, hook
+``drakit_prepared_claims``                  gauge       driver
+==========================================  ==========  ================================
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["Metrics", "ProbeServer"]
+
+log = logging.getLogger(__name__)
+
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """drakit's metrics in a registry of their own (so tests and several nodes never clash)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.prepare_seconds = Histogram(
+            "drakit_prepare_seconds", "Time to prepare one claim", ["driver", "result"],
+            registry=r, buckets=_BUCKETS,
+        )
+        self.unprepare_seconds = Histogram(
+            "drakit_unprepare_seconds", "Time to unprepare one claim", ["driver", "result"],
+            registry=r, buckets=_BUCKETS,
+        )
+        self.devices_published = Gauge(
+            "drakit_devices_published", "Devices in the desired ResourceSlices", ["driver"], registry=r
+        )
+        self.slice_writes = Counter(
+            "drakit_slice_writes_total", "ResourceSlice writes to the API server", ["op"], registry=r
+        )
+        self.checkpoint_repairs = Counter(
+            "drakit_checkpoint_repairs_total",
+            "Corrupt checkpoints moved aside and claims re-prepared after a reboot",
+            ["driver"], registry=r,
+        )
+        self.plugin_errors = Counter(
+            "drakit_plugin_errors_total", "Hook calls that raised", ["plugin", "hook"], registry=r
+        )
+        self.prepared_claims = Gauge(
+            "drakit_prepared_claims", "Claims in the checkpoint", ["driver"], registry=r
+        )
+
+    def observe(self, driver: str, op: str, result: str, seconds: float) -> None:
+        """Record one prepare or unprepare (the pipeline's observer interface)."""
+        hist = self.prepare_seconds if op == "prepare" else self.unprepare_seconds
+        hist.labels(driver=driver, result=result).observe(seconds)
+
+    def exposition(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)
+
+
+class ProbeServer:
+    """Serves ``/metrics``, ``/healthz`` (alive) and ``/readyz`` (``ready()`` is true).
+
+    Args:
+        metrics: what ``/metrics`` shows.
+        ready: returns ``(ready, reason)``; ``/readyz`` answers 503 with the reason otherwise.
+        address: listen address.
+        port: listen port (0 picks a free one; see :attr:`port`).
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        ready: Callable[[], tuple[bool, str]],
+        *,
+        address: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                if self.path == "/metrics":
+                    self._send(200, outer.metrics.exposition(), CONTENT_TYPE_LATEST)
+                elif self.path == "/healthz":
+                    self._send(200, b"ok\n", "text/plain")
+                elif self.path == "/readyz":
+                    ok, reason = outer.ready()
+                    self._send(200 if ok else 503, f"{reason}\n".encode(), "text/plain")
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                log.debug("probe: " + format, *args)  # noqa: G003
+
+        self.metrics = metrics
+        self.ready = ready
+        self._server = ThreadingHTTPServer((address, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="probes", daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The port actually listened on."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        """Start serving in a background thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()

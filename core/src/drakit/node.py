@@ -1,0 +1,316 @@
+"""``drakit node``: the DaemonSet entrypoint that runs everything for every enabled backend.
+
+Start-up: load plugins (simulated hardware if a profile is set), discover, then per DRA driver
+open the checkpoint, start the prepare pipeline and the kubelet sockets; publish
+ResourceSlices (when a cluster is configured), poll device health, serve metrics and probes.
+
+SIGTERM: stop accepting kubelet calls, let those in flight finish, remove the sockets, and
+leave the ResourceSlices for the successor (a rolling update adopts them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from drakit.checkpoint import read_boot_id
+from drakit.config import DrakitSettings
+from drakit.errors import DrakitError, PermanentError
+from drakit.inventory import Inventory, build_inventory
+from drakit.kube import KubeClient
+from drakit.kubelet import HealthBroadcaster, KubeletPluginServer
+from drakit.metrics import Metrics, ProbeServer
+from drakit.models import DeviceHealth, DeviceTaint
+from drakit.pluginhost import PluginHost
+from drakit.publisher import ResourceSlicePublisher
+from drakit.runtime import open_host
+from drakit.slices import PoolSpec
+from drakit.state import ClaimSource, DriverState
+
+__all__ = ["UNHEALTHY_TAINT", "Node"]
+
+log = logging.getLogger(__name__)
+
+UNHEALTHY_TAINT = DeviceTaint(key="drakit.io/unhealthy", value="true", effect="NoSchedule")
+
+
+class Node:
+    """All of drakit's node-side services in one object.
+
+    Args:
+        settings: the validated configuration (``node_name`` defaults as in the CLI).
+        kube: the API client; ``None`` runs without a cluster (no publishing; claims must come
+            from ``claims``).
+        claims: where the pipeline reads ResourceClaims (default: ``kube``).
+        instance_id: makes socket names unique for rolling updates (the pod UID in a
+            DaemonSet); default: a random id.
+        boot_id: the node's boot ID (default: read from the kernel).
+        serve_kubelet: start the kubelet sockets (the demo and benchmarks may call the
+            pipelines directly instead).
+    """
+
+    def __init__(
+        self,
+        settings: DrakitSettings,
+        *,
+        kube: KubeClient | None = None,
+        claims: ClaimSource | None = None,
+        instance_id: str | None = None,
+        boot_id: str | None = None,
+        serve_kubelet: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.claims = claims or kube
+        self.instance_id = instance_id or os.environ.get("POD_UID") or uuid.uuid4().hex[:12]
+        self.boot_id = read_boot_id() if boot_id is None else boot_id
+        self.serve_kubelet = serve_kubelet
+        self.metrics = Metrics()
+        self.host: PluginHost | None = None
+        self.states: dict[str, DriverState] = {}
+        self.servers: dict[str, KubeletPluginServer] = {}
+        self.health: dict[str, HealthBroadcaster] = {}
+        self.publisher: ResourceSlicePublisher | None = None
+        self.probes: ProbeServer | None = None
+        self.inventory: Inventory | None = None
+        self._unhealthy: set[tuple[str, str, str]] = set()
+        self._stack = ExitStack()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._inv_lock = threading.Lock()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every service; on failure everything started is stopped again.
+
+        Raises:
+            DrakitError: configuration, plugin or socket problems (one clear message).
+        """
+        try:
+            self._start()
+        except BaseException:
+            self.stop(grace=0)
+            raise
+
+    def _start(self) -> None:
+        s = self.settings
+        self.host = self._stack.enter_context(open_host(s))
+        node_name = self.host.node.name
+        self.refresh()
+        if self.claims is None:
+            raise PermanentError(
+                "no cluster configured: pass --kubeconfig (or run in a pod) so claims can be read"
+            )
+        for driver in sorted(set(self.host.driver_names().values())):
+            state = DriverState(
+                driver,
+                self.host,
+                self.claims,
+                state_dir=s.state_dir,
+                cdi_dir=s.cdi_dir,
+                boot_id=self.boot_id,
+                on_repair=lambda reason, msg, n, d=driver: self._repaired(d, reason, msg, n),
+                observer=self.metrics,
+            )
+            self.states[driver] = state
+            self.health[driver] = HealthBroadcaster(self._default_health(driver))
+            if self.serve_kubelet:
+                server = KubeletPluginServer(
+                    driver,
+                    state,
+                    kubelet_dir=s.kubelet_dir,
+                    instance_id=self.instance_id,
+                    health_source=self.health[driver],
+                    health_interval=s.health.resend,
+                )
+                server.start()
+                self.servers[driver] = server
+        if self.kube is not None:
+            node = self.kube.get_node(node_name)
+            self.publisher = ResourceSlicePublisher(
+                self.kube,
+                node_name,
+                self._desired,
+                drivers=set(self.states),
+                interval=s.discovery.interval,
+                owner_node_uid=(node or {}).get("metadata", {}).get("uid"),
+            )
+            self._spawn("publisher", lambda: self._run_publisher())
+        self._spawn("health", self._health_loop)
+        if s.metrics.enabled:
+            self.probes = ProbeServer(
+                self.metrics, self.ready, address=s.metrics.address, port=s.metrics.port
+            )
+            self.probes.start()
+        log.info(
+            "drakit node %s serving drivers %s (instance %s)",
+            node_name,
+            ", ".join(sorted(self.states)),
+            self.instance_id,
+        )
+
+    def _run_publisher(self) -> None:
+        assert self.publisher is not None
+        self.publisher.run(self._stop)
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop accepting calls, finish those in flight, remove sockets; leave the slices."""
+        self._stop.set()
+        for server in self.servers.values():
+            try:
+                server.stop(grace)
+            except Exception:  # keep stopping the rest
+                log.exception("stopping the kubelet server of %s failed", server.driver_name)
+        for t in self._threads:
+            t.join(timeout=max(grace, 1.0))
+        for state in self.states.values():
+            state.close()
+        if self.probes is not None:
+            self.probes.stop()
+        self._stack.close()
+
+    def run(self) -> None:
+        """Start, then block until SIGTERM or SIGINT, then stop gracefully."""
+        done = threading.Event()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            done.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        done.wait()
+        self.stop()
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: sockets serving and, with a cluster, slices published."""
+        if self._stop.is_set():
+            return False, "shutting down"
+        if self.serve_kubelet and not all(s.running for s in self.servers.values()):
+            return False, "kubelet sockets not serving"
+        if self.publisher is not None and not self.publisher.synced:
+            return False, f"ResourceSlices not published: {self.publisher.last_error or 'pending'}"
+        return True, "ok"
+
+    # -- inventory -----------------------------------------------------------------------------
+
+    def refresh(self) -> Inventory:
+        """Re-discover and return the current inventory (also updates device ownership)."""
+        assert self.host is not None
+        with self._inv_lock:
+            inv = build_inventory(self.host)
+            self.inventory = inv
+        counts: dict[str, int] = {}
+        for spec in inv.pools:
+            counts[spec.driver] = counts.get(spec.driver, 0) + len(spec.devices)
+        for driver, n in counts.items():
+            self.metrics.devices_published.labels(driver=driver).set(n)
+        return inv
+
+    def _desired(self) -> list[PoolSpec]:
+        try:
+            inv = self.refresh()
+        except DrakitError:
+            log.exception("discovery failed; keeping the previous devices")
+            if self.inventory is None:
+                raise
+            inv = self.inventory
+        if not (self.settings.health.taint_unhealthy and self._unhealthy):
+            return inv.pools
+        out = []
+        for spec in inv.pools:
+            devices = tuple(
+                d.with_taints((*d.taints, UNHEALTHY_TAINT))
+                if (spec.driver, spec.pool, d.name) in self._unhealthy
+                else d
+                for d in spec.devices
+            )
+            out.append(PoolSpec(spec.driver, spec.node, spec.pool, devices, spec.counter_sets))
+        return out
+
+    # -- health --------------------------------------------------------------------------------
+
+    def _default_health(self, driver: str) -> list[DeviceHealth]:
+        now = datetime.now(UTC)
+        inv = self.inventory
+        if inv is None:
+            return []
+        return [
+            DeviceHealth(pool=spec.pool, device=d.name, health="Healthy", last_updated=now)
+            for spec in inv.pools
+            if spec.driver == driver
+            for d in spec.devices
+        ]
+
+    def poll_health(self) -> None:
+        """Ask every plugin for device health and push it to the kubelet streams."""
+        assert self.host is not None
+        try:
+            reported = self.host.health()
+        except DrakitError:
+            log.exception("health poll failed")
+            return
+        drivers = self.host.driver_names()
+        unhealthy: set[tuple[str, str, str]] = set()
+        per_driver: dict[str, dict[tuple[str, str], DeviceHealth]] = {
+            d: {(h.pool, h.device): h for h in self._default_health(d)} for d in self.health
+        }
+        for plugin, items in reported.items():
+            driver = drivers[plugin]
+            for h in items:
+                per_driver.setdefault(driver, {})[(h.pool, h.device)] = h
+                if h.health == "Unhealthy":
+                    unhealthy.add((driver, h.pool, h.device))
+        for driver, items in per_driver.items():
+            if driver in self.health:
+                self.health[driver].update(items.values())
+        changed = unhealthy != self._unhealthy
+        self._unhealthy = unhealthy
+        if changed and self.settings.health.taint_unhealthy and self.publisher is not None:
+            self.publisher.trigger()
+
+    def _health_loop(self) -> None:
+        while not self._stop.wait(self.settings.health.interval):
+            self.poll_health()
+
+    def _repaired(self, driver: str, reason: str, message: str, count: int) -> None:
+        self.metrics.checkpoint_repairs.labels(driver=driver).inc(count)
+        if reason != "corrupt" or self.kube is None or self.host is None:
+            return
+        try:
+            self.kube.create_event(
+                {"kind": "Node", "apiVersion": "v1", "name": self.host.node.name},
+                "CheckpointCorrupt",
+                message,
+            )
+        except DrakitError:
+            log.warning("could not record an Event for the corrupt checkpoint", exc_info=True)
+
+
+def node_overrides(**flags: Any) -> dict[str, Any]:
+    """Command-line flags that override the file (``None`` = not given)."""
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+def sockets_of(node: Node) -> Sequence[Path]:
+    """Every socket the node serves (for the demo and tests)."""
+    out: list[Path] = []
+    for s in node.servers.values():
+        out += [s.registration_socket, s.dra_socket]
+    return out
