@@ -230,9 +230,9 @@ def dropped_fields(sent: object, got: object, path: str = "spec") -> list[str]:
             if _empty(v):
                 continue
             sub = f"{path}.{k}"
-            if k not in got_d or _empty(got_d[k]):
+            if k not in got_d or (_empty(got_d[k]) and not isinstance(v, dict)):
                 out.append(sub)
-            else:
+            else:  # an emptied map: name what was dropped inside it
                 out.extend(dropped_fields(v, got_d[k], sub))
     elif isinstance(sent, list):
         got_l = got if isinstance(got, list) else []

@@ -1,0 +1,455 @@
+"""ResourceSlicePublisher against an in-memory API server (the algorithm, without a cluster).
+
+The e2e tests (tests/e2e/test_publisher.py) run the same scenarios against a real
+kube-apiserver; these pin the decisions: which writes, which generation, which error.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from drakit.errors import PermanentError, RetryableError, SliceValidationError
+from drakit.kube import ConflictError, KubeClient, NotFoundError
+from drakit.models import Device, DeviceTaint
+from drakit.publisher import (
+    DroppedFieldsError,
+    ResourceSlicePublisher,
+    dropped_fields,
+    gate_for_path,
+    semantically_equal,
+)
+from drakit.slices import PoolSpec
+
+NODE = "node-a"
+DRIVER = "gpu.example.com"
+OTHER = "nic.example.com"
+
+
+class FakeApi(KubeClient):
+    """Just enough of an API server: resourceVersions, UIDs, preconditions, dropped fields."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.objects: dict[str, dict[str, Any]] = {}
+        self._rv = itertools.count(1)
+        self._uid = itertools.count(1)
+        self.down = False
+        self.drop: set[str] = set()  # device fields a "disabled gate" drops
+        self.calls: list[str] = []
+        self.events: list[tuple[str, str]] = []
+
+    def _check(self) -> None:
+        if self.down:
+            raise RetryableError("cannot reach the API server: connection refused")
+
+    def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        for dev in obj["spec"].get("devices") or []:
+            for f in self.drop:
+                dev.pop(f, None)
+            for t in dev.get("taints") or []:
+                t.setdefault("timeAdded", "2026-01-01T00:00:00Z")
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.objects[obj["metadata"]["name"]] = obj
+        return copy.deepcopy(obj)
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        self._check()
+        return {"metadata": {"name": name, "uid": "node-uid"}}
+
+    def list_resource_slices(
+        self, node_name: str, driver: str | None = None
+    ) -> list[dict[str, Any]]:
+        self._check()
+        self.calls.append("list")
+        return [
+            copy.deepcopy(o)
+            for o in self.objects.values()
+            if o["spec"].get("nodeName") == node_name
+            and (driver is None or o["spec"]["driver"] == driver)
+        ]
+
+    def create_resource_slice(
+        self, obj: Mapping[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        self._check()
+        self.calls.append("create")
+        name = obj["metadata"]["name"]
+        if name in self.objects:
+            raise ConflictError(f"create ResourceSlice {name}: already exists")
+        new = copy.deepcopy(dict(obj))
+        new["metadata"]["uid"] = f"uid-{next(self._uid)}"
+        new["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+        return self._store(new)
+
+    def update_resource_slice(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        self._check()
+        self.calls.append("update")
+        name = obj["metadata"]["name"]
+        cur = self.objects.get(name)
+        if cur is None:
+            raise NotFoundError(name)
+        if obj["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
+            raise ConflictError(f"update ResourceSlice {name}: the object has been modified")
+        new = copy.deepcopy(dict(obj))
+        new["metadata"]["uid"] = cur["metadata"]["uid"]
+        return self._store(new)
+
+    def delete_resource_slice(
+        self, name: str, uid: str | None = None, *, resource_version: str | None = None
+    ) -> None:
+        self._check()
+        self.calls.append("delete")
+        cur = self.objects.get(name)
+        if cur is None:
+            return
+        if uid and cur["metadata"]["uid"] != uid:
+            raise ConflictError("uid precondition failed")
+        del self.objects[name]
+
+    def watch_resource_slices(
+        self,
+        node_name: str,
+        stop_event: threading.Event,
+        timeout_seconds: int = 300,
+        *,
+        driver: str | None = None,
+        resource_version: str | None = None,
+        on_connect: Callable[[], None] | None = None,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        stop_event.wait(0.05)
+        return iter(())
+
+    def create_event(
+        self,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: str = "Warning",
+        *,
+        component: str = "drakit",
+    ) -> dict[str, Any]:
+        self.events.append((reason, message))
+        return {}
+
+    def edit(self, name: str, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Someone else edits a slice."""
+        obj = copy.deepcopy(self.objects[name])
+        fn(obj)
+        self._store(obj)
+
+
+def gpu(i: int, mem: str = "80Gi", **kw: Any) -> Device:
+    return Device(name=f"gpu-{i}", attributes={"index": i}, capacity={"memory": mem}, **kw)
+
+
+class Desired:
+    def __init__(self) -> None:
+        self.pools: dict[tuple[str, str], PoolSpec] = {}
+        self.fail: Exception | None = None
+
+    def set(self, driver: str, pool: str, devices: list[Device]) -> None:
+        self.pools[(driver, pool)] = PoolSpec(
+            driver=driver, node=NODE, pool=pool, devices=tuple(devices)
+        )
+
+    def __call__(self) -> list[PoolSpec]:
+        if self.fail is not None:
+            raise self.fail
+        return list(self.pools.values())
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    return FakeApi()
+
+
+@pytest.fixture
+def desired() -> Desired:
+    d = Desired()
+    d.set(DRIVER, NODE, [gpu(i) for i in range(200)])  # two slices (128 + 72)
+    d.set(DRIVER, "extra", [gpu(i) for i in range(3)])
+    return d
+
+
+def make(api: FakeApi, desired: Desired) -> ResourceSlicePublisher:
+    return ResourceSlicePublisher(api, NODE, desired, drivers={DRIVER}, interval=60)
+
+
+def synced(pub: ResourceSlicePublisher) -> bool:
+    """Read the flag through a call, so mypy does not carry an earlier narrowing over."""
+    return pub.synced
+
+
+def gens(api: FakeApi) -> dict[str, int]:
+    return {n: o["spec"]["pool"]["generation"] for n, o in sorted(api.objects.items())}
+
+
+def test_first_sync_creates_then_steady_state_writes_nothing(
+    api: FakeApi, desired: Desired
+) -> None:
+    pub = make(api, desired)
+    r = pub.sync_once()
+    assert (r.creates, r.updates, r.deletes) == (3, 0, 0)
+    assert pub.synced
+    assert pub.last_error is None
+    for o in api.objects.values():
+        assert o["metadata"]["ownerReferences"] == [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": NODE,
+                "uid": "node-uid",
+                "controller": True,
+            }
+        ]
+        assert o["spec"]["pool"]["generation"] == 0
+    for _ in range(5):
+        assert pub.sync_once().writes == 0
+    assert pub.writes.total == 3
+
+
+def test_successor_adopts_without_writes(api: FakeApi, desired: Desired) -> None:
+    make(api, desired).sync_once()
+    api.calls.clear()
+    assert make(api, desired).sync_once().writes == 0
+    assert api.calls == ["list"]
+
+
+def test_content_change_bumps_only_that_pool(api: FakeApi, desired: Desired) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    desired.set(DRIVER, NODE, [gpu(i, mem="40Gi" if i == 150 else "80Gi") for i in range(200)])
+    r = pub.sync_once()
+    assert (r.creates, r.updates, r.deletes) == (0, 2, 0)
+    assert r.generations == {(DRIVER, NODE): 1, (DRIVER, "extra"): 0}
+    assert pub.sync_once().writes == 0
+    # shrinking the pool to one slice: one delete, one update, generation 2
+    desired.set(DRIVER, NODE, [gpu(i) for i in range(10)])
+    r = pub.sync_once()
+    assert (r.creates, r.updates, r.deletes) == (0, 1, 1)
+    assert pub.generation(DRIVER, NODE) == 2
+    (main,) = [o for o in api.objects.values() if o["spec"]["pool"]["name"] == NODE]
+    assert main["spec"]["pool"] == {"name": NODE, "generation": 2, "resourceSliceCount": 1}
+
+
+def test_deleted_and_edited_slices_are_restored_in_place(api: FakeApi, desired: Desired) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    name0, name1 = f"{NODE}-{DRIVER}-0", f"{NODE}-{DRIVER}-1"
+    del api.objects[name1]
+    api.edit(name0, lambda o: o["spec"]["devices"][0]["capacity"]["memory"].update(value="1Gi"))
+    r = pub.sync_once()
+    assert (r.creates, r.updates, r.deletes) == (1, 1, 0)
+    assert set(gens(api).values()) == {0}, "restoring is not a content change"
+    assert api.objects[name0]["spec"]["devices"][0]["capacity"]["memory"]["value"] == "80Gi"
+    assert pub.sync_once().writes == 0
+
+
+def test_stripped_owner_reference_is_restored(api: FakeApi, desired: Desired) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    name = f"{NODE}-{DRIVER}-extra-0"
+    api.edit(name, lambda o: o["metadata"].pop("ownerReferences"))
+    assert pub.sync_once().updates == 1
+    assert api.objects[name]["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
+
+
+def test_undesired_slices_go_but_other_drivers_and_nodes_stay(
+    api: FakeApi, desired: Desired
+) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    foreign = {
+        "metadata": {"name": "other-driver"},
+        "spec": {"driver": OTHER, "nodeName": NODE, "pool": {"name": NODE}},
+    }
+    other_node = {
+        "metadata": {"name": "other-node"},
+        "spec": {"driver": DRIVER, "nodeName": "node-b", "pool": {"name": "node-b"}},
+    }
+    stray = {
+        "metadata": {"name": "stray"},
+        "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": "gone"}},
+    }
+    for o in (foreign, other_node, stray):
+        api.create_resource_slice(o)
+    del desired.pools[(DRIVER, "extra")]
+    r = pub.sync_once()
+    assert (r.creates, r.updates, r.deletes) == (0, 0, 2)
+    assert {"other-driver", "other-node"} <= api.objects.keys()
+    assert "stray" not in api.objects
+    assert f"{NODE}-{DRIVER}-extra-0" not in api.objects
+
+
+def test_failed_discovery_leaves_slices_alone(api: FakeApi, desired: Desired) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    desired.fail = RuntimeError("sysfs vanished")
+    with pytest.raises(PermanentError, match="discovery failed"):
+        pub.sync_once()
+    assert len(api.objects) == 3
+    assert not pub.synced
+    assert pub.last_error is not None
+    assert "sysfs vanished" in pub.last_error
+
+
+def test_invalid_pool_keeps_its_published_slices(api: FakeApi, desired: Desired) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    desired.set(DRIVER, "extra", [gpu(1), gpu(1)])  # duplicate device name
+    with pytest.raises(SliceValidationError, match="unique"):
+        pub.sync_once()
+    assert f"{NODE}-{DRIVER}-extra-0" in api.objects
+
+
+def test_api_down_then_back(api: FakeApi, desired: Desired) -> None:
+    pub = make(api, desired)
+    api.down = True
+    with pytest.raises(RetryableError, match="connection refused"):
+        pub.sync_once()
+    assert not pub.synced
+    assert pub.sync_errors == 1
+    api.down = False
+    assert pub.sync_once().creates == 3
+    assert synced(pub)
+    assert pub.last_error is None
+
+
+def test_conflict_is_reported_and_the_next_round_converges(api: FakeApi, desired: Desired) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    desired.set(DRIVER, "extra", [gpu(i) for i in range(4)])
+    real_update = api.update_resource_slice
+
+    def racing_update(obj: Mapping[str, Any]) -> dict[str, Any]:
+        api.edit(obj["metadata"]["name"], lambda o: o["metadata"].setdefault("labels", {}))
+        return real_update(obj)
+
+    api.update_resource_slice = racing_update  # type: ignore[method-assign]
+    with pytest.raises(ConflictError):
+        pub.sync_once()
+    api.update_resource_slice = real_update  # type: ignore[method-assign]
+    r = pub.sync_once()
+    assert r.updates == 1
+    assert gens(api)[f"{NODE}-{DRIVER}-extra-0"] == 1, "one bump, not two"
+
+
+def test_dropped_fields_are_reported_once_without_a_write_loop(api: FakeApi) -> None:
+    api.drop = {"allowMultipleAllocations"}
+    d = Desired()
+    d.set(DRIVER, NODE, [gpu(0, allowMultipleAllocations=True), gpu(1)])
+    pub = make(api, d)
+    with pytest.raises(DroppedFieldsError) as err:
+        pub.sync_once()
+    assert str(err.value) == (
+        f"ResourceSlice {NODE}-{DRIVER}-0: spec.devices[0].allowMultipleAllocations was dropped "
+        "by the API server: enable the DRAConsumableCapacity feature gate"
+    )
+    assert pub.synced, "the slices are published, as far as the server allows"
+    assert pub.last_error == str(err.value)
+    assert api.events == [("DroppedFields", str(err.value))]
+    for _ in range(3):
+        assert pub.sync_once().writes == 0
+    assert pub.last_error == str(err.value)
+    assert len(api.events) == 1
+
+
+def test_taint_time_added_is_server_set_and_kept(api: FakeApi) -> None:
+    d = Desired()
+    d.set(DRIVER, NODE, [gpu(0, taints=(DeviceTaint(key="unhealthy", effect="NoSchedule"),))])
+    pub = make(api, d)
+    pub.sync_once()
+    assert pub.sync_once().writes == 0
+    d.set(
+        DRIVER,
+        NODE,
+        [gpu(0, mem="40Gi", taints=(DeviceTaint(key="unhealthy", effect="NoSchedule"),))],
+    )
+    assert pub.sync_once().updates == 1
+    (obj,) = api.objects.values()
+    assert obj["spec"]["devices"][0]["taints"][0]["timeAdded"] == "2026-01-01T00:00:00Z"
+
+
+def test_run_publishes_and_stops(api: FakeApi, desired: Desired) -> None:
+    pub = make(api, desired)
+    stop = threading.Event()
+    t = threading.Thread(target=pub.run, args=(stop,))
+    t.start()
+    try:
+        for _ in range(100):
+            if pub.synced:
+                break
+            stop.wait(0.05)
+        assert pub.synced
+        assert len(api.objects) == 3
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert not t.is_alive()
+    assert len(api.objects) == 3, "slices stay for the successor"
+
+
+# ----------------------------------------------------------------- pure helpers
+
+
+def test_semantic_equality() -> None:
+    want = {"devices": [{"name": "a", "capacity": {"m": {"value": "1Gi"}}}], "sharedCounters": []}
+    assert semantically_equal(
+        want, {"devices": [{"name": "a", "capacity": {"m": {"value": "1024Mi"}}}]}
+    )
+    assert not semantically_equal(
+        want, {"devices": [{"name": "a", "capacity": {"m": {"value": "1G"}}}]}
+    )
+    attrs = {"devices": [{"name": "a", "attributes": {"x": {"string": "1k"}}}]}
+    assert not semantically_equal(
+        attrs, {"devices": [{"name": "a", "attributes": {"x": {"string": "1000"}}}]}
+    )
+    taint: dict[str, Any] = {
+        "devices": [{"name": "a", "taints": [{"key": "k", "effect": "NoSchedule"}]}]
+    }
+    served = copy.deepcopy(taint)
+    served["devices"][0]["taints"][0]["timeAdded"] = "2026-01-01T00:00:00Z"
+    assert semantically_equal(taint, served)
+    assert not semantically_equal(
+        {"devices": [{"name": "a"}]}, {"devices": [{"name": "a", "bindsToNode": True}]}
+    )
+    assert not semantically_equal(
+        {"devices": [{"name": "a", "allowMultipleAllocations": False}]},
+        {"devices": [{"name": "a"}]},
+    )
+    assert semantically_equal({"devices": []}, {})
+
+
+def test_dropped_fields_and_gates() -> None:
+    sent = {
+        "devices": [
+            {"name": "a", "allowMultipleAllocations": True, "attributes": {"l": {"ints": [1]}}},
+            {"name": "b", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+        ],
+        "perDeviceNodeSelection": True,
+    }
+    got = {"devices": [{"name": "a", "attributes": {"l": {}}}, {"name": "b"}]}
+    paths = dropped_fields(sent, got)
+    assert paths == [
+        "spec.devices[0].allowMultipleAllocations",
+        "spec.devices[0].attributes.l.ints",
+        "spec.devices[1].taints",
+        "spec.perDeviceNodeSelection",
+    ]
+    assert [gate_for_path(p) for p in paths] == [
+        "DRAConsumableCapacity",
+        "DRAListTypeAttributes",
+        "DRADeviceTaints",
+        "DRAPartitionableDevices",
+    ]
+    assert (
+        gate_for_path("spec.devices[0].capacity.m.requestPolicy.default") == "DRAConsumableCapacity"
+    )
+    assert gate_for_path("spec.devices[0].name") is None
