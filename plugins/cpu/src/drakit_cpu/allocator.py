@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Final
 
 from drakit.cpuset import format_cpulist
-from drakit_cpu.topology import CpuTopology
+from drakit_cpu.topology import CpuInfo, CpuTopology
 
 __all__ = [
     "UPSTREAM_COMMIT",
@@ -47,6 +49,13 @@ UPSTREAM_COMMIT: Final = "fd5b2efa76e44c5ef523cd0711f5ed23eb7e6b1a"
 """The kubernetes commit whose ``cpu_assignment.go`` this module reproduces."""
 
 _EMPTY: frozenset[int] = frozenset()
+
+_Key = Callable[[CpuInfo], int]
+_CPU: _Key = attrgetter("cpu")
+_CORE: _Key = attrgetter("core_id")
+_SOCKET: _Key = attrgetter("socket_id")
+_NUMA: _Key = attrgetter("numa_node")
+_UNCORE: _Key = attrgetter("uncore_cache_id")
 
 
 class AllocationError(ValueError):
@@ -272,6 +281,24 @@ def check_full_pcpus_only(
 # ======================================================================== accumulator
 
 
+def _memoized(method: Callable[[_Accumulator], list[int]]) -> Callable[[_Accumulator], list[int]]:
+    """Cache an ordering of the accumulator until its free set changes.
+
+    Callers iterate the returned list and must not mutate it.
+    """
+    name = method.__name__
+
+    def wrapper(self: _Accumulator) -> list[int]:
+        cached = self._orders.get(name)
+        if cached is None:
+            cached = self._orders[name] = method(self)
+        return cached
+
+    wrapper.__name__ = name
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
 def _ordered(ids: Iterable[int], free: Mapping[int, int]) -> list[int]:
     """Sort ids like kubelet ``cpuAccumulator.sort``: by free CPU count, then id."""
     return sorted(ids, key=lambda i: (free.get(i, 0), i))
@@ -286,11 +313,13 @@ class _Accumulator:
     """
 
     __slots__ = (
+        "_orders",
         "free",
         "free_core",
         "free_numa",
         "free_socket",
         "free_uncore",
+        "infos",
         "need",
         "numa_first",
         "result",
@@ -300,21 +329,19 @@ class _Accumulator:
 
     def __init__(self, topo: CpuTopology, available: Collection[int], n: int, spread: bool) -> None:
         self.topo = topo
+        self.infos = infos = topo.cpu_map
         self.free: set[int] = set(topo.cpu_ids.intersection(available))
         self.need = n
         self.result: set[int] = set()
         self.spread = spread
         self.numa_first = topo.numa_first
-        self.free_socket: dict[int, int] = {}
-        self.free_numa: dict[int, int] = {}
-        self.free_core: dict[int, int] = {}
-        self.free_uncore: dict[int, int] = {}
-        for cpu in self.free:
-            info = topo.info(cpu)
-            _bump(self.free_socket, info.socket_id, 1)
-            _bump(self.free_numa, info.numa_node, 1)
-            _bump(self.free_core, info.core_id, 1)
-            _bump(self.free_uncore, info.uncore_cache_id, 1)
+        free_infos = [infos[cpu] for cpu in self.free]
+        self.free_socket: dict[int, int] = dict(Counter(map(_SOCKET, free_infos)))
+        self.free_numa: dict[int, int] = dict(Counter(map(_NUMA, free_infos)))
+        self.free_core: dict[int, int] = dict(Counter(map(_CORE, free_infos)))
+        self.free_uncore: dict[int, int] = dict(Counter(map(_UNCORE, free_infos)))
+        # Orderings depend only on the free set: memoized until the next take changes it.
+        self._orders: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -324,11 +351,11 @@ class _Accumulator:
         Like kubelet this counts every CPU passed, even one already taken or never free.
         """
         self.result.update(cpus)
-        topo = self.topo
         for cpu in cpus:
             if cpu in self.free:
+                self._orders.clear()
                 self.free.remove(cpu)
-                info = topo.info(cpu)
+                info = self.infos[cpu]
                 _bump(self.free_socket, info.socket_id, -1)
                 _bump(self.free_numa, info.numa_node, -1)
                 _bump(self.free_core, info.core_id, -1)
@@ -349,52 +376,45 @@ class _Accumulator:
 
     # ------------------------------------------------------------ groupings of the free set
 
-    def _group(
-        self, outer: Callable[[int], int], inner: Callable[[int], int]
-    ) -> dict[int, set[int]]:
+    def _group(self, outer: _Key, inner: _Key) -> dict[int, set[int]]:
+        """Group the free CPUs: ``outer(cpu) -> {inner(cpu), ...}`` (kubelet's ``...InX``)."""
         grouped: dict[int, set[int]] = {}
+        infos = self.infos
         for cpu in self.free:
-            grouped.setdefault(outer(cpu), set()).add(inner(cpu))
+            info = infos[cpu]
+            key = outer(info)
+            members = grouped.get(key)
+            if members is None:
+                grouped[key] = {inner(info)}
+            else:
+                members.add(inner(info))
         return grouped
-
-    def _socket(self, cpu: int) -> int:
-        return self.topo.info(cpu).socket_id
-
-    def _numa(self, cpu: int) -> int:
-        return self.topo.info(cpu).numa_node
-
-    def _core(self, cpu: int) -> int:
-        return self.topo.info(cpu).core_id
-
-    def _uncore(self, cpu: int) -> int:
-        return self.topo.info(cpu).uncore_cache_id
-
-    @staticmethod
-    def _cpu(cpu: int) -> int:
-        return cpu
 
     # ------------------------------------------------------------ orderings (sortAvailable*)
 
+    @_memoized
     def numa_order(self) -> list[int]:
         """NUMA nodes with a free CPU, in kubelet's ``sortAvailableNUMANodes`` order."""
         if self.numa_first:
             return _ordered(self.free_numa, self.free_numa)
-        numas_of = self._group(self._socket, self._numa)
+        numas_of = self._group(_SOCKET, _NUMA)
         order: list[int] = []
         for socket in self.socket_order():
             order.extend(_ordered(numas_of.get(socket, ()), self.free_numa))
         return order
 
+    @_memoized
     def socket_order(self) -> list[int]:
         """Sockets with a free CPU, in kubelet's ``sortAvailableSockets`` order."""
         if not self.numa_first:
             return _ordered(self.free_socket, self.free_socket)
-        sockets_of = self._group(self._numa, self._socket)
+        sockets_of = self._group(_NUMA, _SOCKET)
         order: list[int] = []
         for numa in self.numa_order():
             order.extend(_ordered(sockets_of.get(numa, ()), self.free_socket))
         return order
 
+    @_memoized
     def core_order(self) -> list[int]:
         """Cores with a free CPU, in kubelet's ``sortAvailableCores`` order.
 
@@ -403,32 +423,34 @@ class _Accumulator:
         """
         order: list[int] = []
         if self.numa_first:
-            cores_of = self._group(self._socket, self._core)
+            cores_of = self._group(_SOCKET, _CORE)
             parents = self.socket_order()
         else:
-            cores_of = self._group(self._numa, self._core)
+            cores_of = self._group(_NUMA, _CORE)
             parents = self.numa_order()
         for parent in parents:
             order.extend(_ordered(cores_of.get(parent, ()), self.free_core))
         return order
 
+    @_memoized
     def uncore_order(self) -> list[int]:
         """Uncore caches in kubelet's ``sortAvailableUncoreCaches`` order (per NUMA node)."""
-        uncores_of = self._group(self._numa, self._uncore)
+        uncores_of = self._group(_NUMA, _UNCORE)
         order: list[int] = []
         for numa in self.numa_order():
             order.extend(_ordered(uncores_of.get(numa, ()), self.free_uncore))
         return order
 
+    @_memoized
     def cpu_order(self) -> list[int]:
         """Free CPUs in kubelet's ``sortAvailableCPUsPacked``/``...Spread`` order."""
         order: list[int] = []
         if self.spread:
-            cpus_of = self._group(self._socket, self._cpu)
+            cpus_of = self._group(_SOCKET, _CPU)
             for socket in self.socket_order():
                 order.extend(sorted(cpus_of.get(socket, ())))
         else:
-            cpus_of = self._group(self._core, self._cpu)
+            cpus_of = self._group(_CORE, _CPU)
             for core in self.core_order():
                 order.extend(sorted(cpus_of.get(core, ())))
         return order
@@ -502,15 +524,12 @@ class _Accumulator:
         cores_needed = (self.need + per_core - 1) // per_core
         # CoresNeededInUncoreCache: the lowest core ids with a free CPU in this uncore cache.
         topo = self.topo
+        free = self.free
         cores = sorted(
-            {
-                topo.info(cpu).core_id
-                for cpu in self.free
-                if topo.info(cpu).uncore_cache_id == uncore
-            }
+            {self.infos[cpu].core_id for cpu in topo.cpus_in_uncore_cache(uncore) if cpu in free}
         )[:cores_needed]
-        chosen = set(cores)
-        cpus = {cpu for cpu in self.free if topo.info(cpu).core_id in chosen}
+        # CPUsInCores over the free CPUs: every free thread of those cores, whatever its cache.
+        cpus = {cpu for core in cores for cpu in topo.cpus_in_core(core) if cpu in free}
         if self.need % 2 != 0 and per_core > 1:
             ordered = sorted(cpus)
             if len(ordered) > self.need:

@@ -321,6 +321,11 @@ class CpuTopology:
         """All logical CPU ids."""
         return self._cpu_ids
 
+    @property
+    def cpu_map(self) -> Mapping[int, CpuInfo]:
+        """Read-only ``cpu id -> CpuInfo`` mapping (kubelet's ``CPUDetails``)."""
+        return self._by_cpu
+
     def info(self, cpu: int) -> CpuInfo:
         """The details of one CPU.
 
