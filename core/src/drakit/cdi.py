@@ -85,7 +85,11 @@ class CdiWriter:
         return f"{self.kind}={self.device_name(claim_uid, device)}"
 
     def build(
-        self, claim_uid: str, devices: list[tuple[str, CdiEdits]], *, env: dict[str, str] | None = None
+        self,
+        claim_uid: str,
+        devices: list[tuple[str, CdiEdits]],
+        *,
+        env: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """The spec for a claim: one CDI device per ``(device name, edits)``."""
         spec: dict[str, Any] = {

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -41,7 +41,7 @@ __all__ = [
     "read_boot_id",
 ]
 
-CHECKPOINT_API_VERSION = "checkpoint.drakit.io/v1"
+CHECKPOINT_API_VERSION: Final = "checkpoint.drakit.io/v1"
 
 log = logging.getLogger(__name__)
 

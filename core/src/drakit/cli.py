@@ -5,6 +5,7 @@ A user error is one clear line on stderr and exit code 2; ``--verbose`` adds the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -38,7 +39,7 @@ class UserError(click.ClickException):
 
     exit_code = USER_ERROR
 
-    def show(self, file: Any = None) -> None:  # noqa: D102 - click's documented override
+    def show(self, file: Any = None) -> None:
         click.echo(f"drakit: error: {self.message}", err=True)
 
 
@@ -83,6 +84,7 @@ def cli(ctx: click.Context, verbose: bool) -> None:
     ctx.obj["verbose"] = verbose
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
@@ -94,16 +96,16 @@ def plugins(config_path: Path | None, output: str) -> None:
     """List installed backends and strategies, and which are enabled."""
     settings = effective_settings(load_settings(config_path))
     enabled = list(settings.plugins)
-    strategies_used = {
-        (s or {}).get("strategy") for s in settings.plugins.values()
-    } | {settings.publish_strategy}
-    rows = []
+    strategies_used = {(s or {}).get("strategy") for s in settings.plugins.values()} | {
+        settings.publish_strategy
+    }
+    rows: list[dict[str, str]] = []
     for e in installed_plugins():
         state = f"enabled ({enabled.index(e.name) + 1})" if e.name in enabled else "installed"
-        rows.append({"kind": "backend", **e.__dict__, "state": state})
+        rows.append({"kind": "backend", **vars(e), "state": state})
     for e in installed_strategies():
         state = "selected" if e.name in strategies_used else "available"
-        rows.append({"kind": "strategy", **e.__dict__, "state": state})
+        rows.append({"kind": "strategy", **vars(e), "state": state})
     if output == "json":
         click.echo(json.dumps(rows, indent=2))
         return
@@ -141,7 +143,7 @@ def discover(
     settings = _settings(config_path, profile, sysfs_root, node_name)
     with open_host(settings) as host:
         inv = build_inventory(host)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "driver": key.driver,
                 "pool": key.pool,
@@ -198,16 +200,19 @@ def config() -> None:
 def config_validate(file: Path) -> None:
     """Check FILE; print every error with its path and the fix, exit 2 if any."""
     errors: list[tuple[str, str]] = []
+    sections: dict[str, Any] = {}
     try:
         settings = load_settings(file)
+        sections = dict(effective_settings(settings).plugins)
     except ConfigInvalid as e:
         errors.extend(e.errors)
-        data = read_config_file(file) if file.exists() else {}
-        raw = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
-        settings = None
-    else:
-        raw = settings.plugins
-    names = list(raw or {}) if settings is None else list(effective_settings(settings).plugins)
+        with contextlib.suppress(ConfigInvalid):  # unreadable or not YAML: already reported
+            raw = read_config_file(file).get("plugins")
+            if isinstance(raw, dict):
+                sections = {str(k): v for k, v in raw.items()}
+            elif isinstance(raw, list):
+                sections = {str(k): {} for k in raw}
+    names = list(sections)
     installed = {e.name for e in installed_plugins()}
     for name in names:
         if name not in installed:
@@ -217,7 +222,7 @@ def config_validate(file: Path) -> None:
         [(_, cls)] = load_entry_points(PLUGIN_GROUP, [name])
         model = cls.settings_model
         try:
-            model.model_validate((raw or {}).get(name) or {})
+            model.model_validate(sections.get(name) or {})
         except ValidationError as e:
             errors.extend(validation_errors(e, prefix=f"plugins.{name}"))
     if errors:
@@ -225,6 +230,54 @@ def config_validate(file: Path) -> None:
             click.echo(f"{file}: {path}: {msg}" if path else f"{file}: {msg}", err=True)
         sys.exit(USER_ERROR)
     click.echo(f"{file}: valid ({', '.join(names)})")
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--node-name", help="This node's name (default: $NODE_NAME, the profile, hostname).")
+@click.option(
+    "--kubelet-dir", type=click.Path(path_type=Path), help="Holds plugins_registry/, plugins/."
+)
+@click.option("--cdi-dir", type=click.Path(path_type=Path), help="Where CDI specs are written.")
+@click.option("--state-dir", type=click.Path(path_type=Path), help="Checkpoints and locks.")
+@click.option("--profile", help="Simulated hardware profile instead of the real sysfs.")
+@click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--metrics-port", type=int, help="Port for /metrics, /healthz, /readyz (0: any).")
+def node(
+    config_path: Path | None,
+    kubeconfig: Path | None,
+    node_name: str | None,
+    kubelet_dir: Path | None,
+    cdi_dir: Path | None,
+    state_dir: Path | None,
+    profile: str | None,
+    sysfs_root: Path | None,
+    metrics_port: int | None,
+) -> None:
+    """Run the node driver (the DaemonSet entrypoint); flags override the config file."""
+    import os  # noqa: PLC0415
+
+    from drakit.kube import KubeClient  # noqa: PLC0415 - only the node talks to a cluster
+    from drakit.node import Node  # noqa: PLC0415
+
+    overrides: dict[str, Any] = {
+        "kubeconfig": kubeconfig,
+        "node_name": node_name or os.environ.get("NODE_NAME"),
+        "kubelet_dir": kubelet_dir,
+        "cdi_dir": cdi_dir,
+        "state_dir": state_dir,
+        "profile": profile,
+        "sysfs_root": sysfs_root,
+    }
+    settings = load_settings(config_path, overrides=overrides)
+    if metrics_port is not None:
+        settings = settings.model_copy(
+            update={"metrics": settings.metrics.model_copy(update={"port": metrics_port})}
+        )
+    logging.getLogger().setLevel(settings.log_level)
+    kube = KubeClient.from_kubeconfig(settings.kubeconfig)
+    Node(settings, kube=kube).run()
 
 
 @cli.command()
@@ -260,4 +313,3 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"drakit: error: {e}", err=True)
         sys.exit(USER_ERROR)
-

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from drakit.config import PluginSettings
 from drakit.models import NodeInfo
 from drakit.strategy_models import SelectionRequest, SelectionResult
 
 __all__ = ["PluginContext"]
+
+S = TypeVar("S", bound=PluginSettings)
 
 
 @dataclass(frozen=True)
@@ -34,3 +37,17 @@ class PluginContext:
     strategy: str | None
     select: Callable[[str, SelectionRequest], SelectionResult]
     log: logging.Logger
+
+    def settings_as(self, model: type[S]) -> S:
+        """This plugin's settings as its own model (typed access for the plugin's code).
+
+        Raises:
+            TypeError: the settings are not an instance of ``model`` (a packaging mistake:
+                ``settings_model`` and this call disagree).
+        """
+        if not isinstance(self.settings, model):
+            raise TypeError(
+                f"plugin {self.name!r}: settings are {type(self.settings).__name__}, "
+                f"not {model.__name__}; check the plugin's settings_model"
+            )
+        return self.settings

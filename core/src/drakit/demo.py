@@ -87,12 +87,16 @@ def first_fit(
             else [(req["name"], req["exactly"])]
         )
         for ref, body in choices:
-            applicable = [c for c in constraints if ref in c["requests"] or req["name"] in c["requests"]]
+            applicable = [
+                c for c in constraints if ref in c["requests"] or req["name"] in c["requests"]
+            ]
             picked = _pick(body, ref, pools, classes, applicable, used)
             if picked is not None:
                 for driver, pool, dev in picked:
                     used.add((driver, pool, dev.name))
-                    results.append({"request": ref, "driver": driver, "pool": pool, "device": dev.name})
+                    results.append(
+                        {"request": ref, "driver": driver, "pool": pool, "device": dev.name}
+                    )
                 break
         else:
             raise PermanentError(f"request {req['name']!r}: no devices satisfy it")
@@ -187,8 +191,9 @@ def run_demo(profile: str | None = None, console: Console | None = None) -> dict
 
 
 def _show(console: Console, node: Node, claims: InMemoryClaims, root: Path) -> dict[str, Any]:
-    assert node.inventory is not None and node.host is not None
-    inv = node.inventory
+    inv, host = node.inventory, node.host
+    if inv is None or host is None:
+        raise PermanentError("the demo node did not start")
     table = Table(title="discovered devices (driver / count / example attributes)")
     for col in ("driver", "devices", "example"):
         table.add_column(col, overflow="fold")
@@ -197,7 +202,9 @@ def _show(console: Console, node: Node, claims: InMemoryClaims, root: Path) -> d
         by_driver.setdefault(spec.driver, []).extend(spec.devices)
     for driver, devs in sorted(by_driver.items()):
         ex = devs[0]
-        attrs = ", ".join(f"{k.rsplit('/', 1)[-1]}={v.value}" for k, v in sorted(ex.attributes.items())[:6])
+        attrs = ", ".join(
+            f"{k.rsplit('/', 1)[-1]}={v.value}" for k, v in sorted(ex.attributes.items())[:6]
+        )
         table.add_row(driver, str(len(devs)), f"{ex.name}: {attrs}")
     console.print(table)
 
@@ -209,18 +216,34 @@ def _show(console: Console, node: Node, claims: InMemoryClaims, root: Path) -> d
     for driver, server in sorted(node.servers.items()):
         console.print(
             f"[green]✓[/] kubelet sockets for [bold]{driver}[/]: "
-            f"{server.registration_socket.relative_to(root)} -> {server.dra_socket.relative_to(root)}"
+            f"{server.registration_socket.relative_to(root)} -> "
+            f"{server.dra_socket.relative_to(root)}"
         )
 
-    # -- shape and allocate --------------------------------------------------------------------
-    host = node.host
+    results, uid = _allocate(console, node, claims)
+    out = _prepare_and_release(console, node, results, uid, root)
+    return {
+        "devices": {d: len(v) for d, v in by_driver.items()},
+        "slices": len(slices),
+        "allocated": [r["device"] for r in results],
+        **out,
+    }
+
+
+def _allocate(
+    console: Console, node: Node, claims: InMemoryClaims
+) -> tuple[list[dict[str, Any]], str]:
+    """Shape the example claim with a strategy and allocate it by first fit."""
+    host, inv = node.host, node.inventory
+    if inv is None or host is None:
+        raise PermanentError("the demo node did not start")
     drivers = host.driver_names()
     classes = {"gpu-nic-pair": drivers["composite"], "cpu": drivers["cpu"]}
-    shaped = host.shape("numa-preferred", SimpleRequest(name="pairs", device_class="gpu-nic-pair", count=2))
-    spec = shaped.to_api()
-    spec["requests"].append(
-        {"name": "cpus", "exactly": {"deviceClassName": "cpu", "count": 1}}
+    shaped = host.shape(
+        "numa-preferred", SimpleRequest(name="pairs", device_class="gpu-nic-pair", count=2)
     )
+    spec = shaped.to_api()
+    spec["requests"].append({"name": "cpus", "exactly": {"deviceClassName": "cpu", "count": 1}})
     pools = [(p.driver, p.pool, p.devices) for p in inv.pools]
     results = first_fit(spec, pools, classes)
     for r in results:
@@ -263,7 +286,13 @@ def _show(console: Console, node: Node, claims: InMemoryClaims, root: Path) -> d
     )
     alloc = ", ".join(f"{r['request']} -> {r['device']}" for r in results)
     console.print(f"[green]✓[/] allocated (demo first-fit allocator): {alloc}")
+    return results, uid
 
+
+def _prepare_and_release(
+    console: Console, node: Node, results: list[dict[str, Any]], uid: str, root: Path
+) -> dict[str, Any]:
+    """Prepare the claim over gRPC, show its CDI edits, unprepare it."""
     # -- prepare over gRPC ---------------------------------------------------------------------
     ref = ClaimRef(namespace="demo", name="train-job", uid=uid)
     used = sorted({r["driver"] for r in results})
@@ -275,7 +304,10 @@ def _show(console: Console, node: Node, claims: InMemoryClaims, root: Path) -> d
             raise PermanentError(f"prepare through {driver} failed: {res.error}")
         for d in res.devices:
             cdi_ids += d.cdi_device_ids
-            console.print(f"[green]✓[/] NodePrepareResources via {driver}: {d.device} -> {d.cdi_device_ids[0]}")
+            console.print(
+                f"[green]✓[/] NodePrepareResources via {driver}: {d.device} -> "
+                f"{d.cdi_device_ids[0]}"
+            )
     specs = sorted(p.name for p in (root / "cdi").iterdir())
     env: list[str] = []
     for name in specs:
@@ -292,11 +324,11 @@ def _show(console: Console, node: Node, claims: InMemoryClaims, root: Path) -> d
             raise PermanentError(f"unprepare through {driver} failed: {err}")
     left = list((root / "cdi").iterdir())
     held = sum(len(s.prepared_claims()) for s in node.states.values())
-    console.print(f"[green]✓[/] NodeUnprepareResources: {len(left)} CDI specs and {held} checkpointed claims left")
+    console.print(
+        f"[green]✓[/] NodeUnprepareResources: {len(left)} CDI specs and {held} checkpointed "
+        "claims left"
+    )
     return {
-        "devices": {d: len(v) for d, v in by_driver.items()},
-        "slices": len(slices),
-        "allocated": [r["device"] for r in results],
         "cdi_ids": cdi_ids,
         "env": env,
         "left_after_unprepare": len(left) + held,

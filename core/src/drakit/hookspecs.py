@@ -60,7 +60,7 @@ __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
 
 @hookspec
-def drakit_discover_devices(node: NodeInfo) -> DeviceInventory | None:  # type: ignore[empty-body]
+def drakit_discover_devices(node: NodeInfo) -> DeviceInventory | None:
     """Report the devices this plugin manages on the node.
 
     Called at start-up and on every re-discovery interval (``discovery.interval``), from the
@@ -129,7 +129,9 @@ def drakit_compose_devices(
 
 
 @hookspec(firstresult=True)
-def drakit_parse_config(api_version: str, kind: str, parameters: Mapping[str, Any]) -> BaseModel | None:
+def drakit_parse_config(
+    api_version: str, kind: str, parameters: Mapping[str, Any]
+) -> BaseModel | None:
     """Validate one opaque configuration object and return it as the plugin's model.
 
     Called by the prepare pipeline for each opaque config entry whose ``driver`` is this

@@ -40,23 +40,36 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.prepare_seconds = Histogram(
-            "drakit_prepare_seconds", "Time to prepare one claim", ["driver", "result"],
-            registry=r, buckets=_BUCKETS,
+            "drakit_prepare_seconds",
+            "Time to prepare one claim",
+            ["driver", "result"],
+            registry=r,
+            buckets=_BUCKETS,
         )
         self.unprepare_seconds = Histogram(
-            "drakit_unprepare_seconds", "Time to unprepare one claim", ["driver", "result"],
-            registry=r, buckets=_BUCKETS,
+            "drakit_unprepare_seconds",
+            "Time to unprepare one claim",
+            ["driver", "result"],
+            registry=r,
+            buckets=_BUCKETS,
         )
         self.devices_published = Gauge(
-            "drakit_devices_published", "Devices in the desired ResourceSlices", ["driver"], registry=r
+            "drakit_devices_published",
+            "Devices in the desired ResourceSlices",
+            ["driver"],
+            registry=r,
         )
         self.slice_writes = Counter(
-            "drakit_slice_writes_total", "ResourceSlice writes to the API server", ["op"], registry=r
+            "drakit_slice_writes_total",
+            "ResourceSlice writes to the API server",
+            ["op"],
+            registry=r,
         )
         self.checkpoint_repairs = Counter(
             "drakit_checkpoint_repairs_total",
             "Corrupt checkpoints moved aside and claims re-prepared after a reboot",
-            ["driver"], registry=r,
+            ["driver"],
+            registry=r,
         )
         self.plugin_errors = Counter(
             "drakit_plugin_errors_total", "Hook calls that raised", ["plugin", "hook"], registry=r
@@ -96,7 +109,7 @@ class ProbeServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 if self.path == "/metrics":
                     self._send(200, outer.metrics.exposition(), CONTENT_TYPE_LATEST)
                 elif self.path == "/healthz":
@@ -114,14 +127,16 @@ class ProbeServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 log.debug("probe: " + format, *args)  # noqa: G003
 
         self.metrics = metrics
         self.ready = ready
         self._server = ThreadingHTTPServer((address, port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="probes", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="probes", daemon=True
+        )
 
     @property
     def port(self) -> int:

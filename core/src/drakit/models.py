@@ -39,7 +39,9 @@ __all__ = [
     "ValidRange",
 ]
 
-_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_QUANTITY = re.compile(
+    r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
+)
 
 
 def _check_quantity(value: str | int) -> str:
@@ -64,6 +66,9 @@ class DeviceAttribute(_Frozen):
     ``int``, ``bool`` becomes ``bool``, ``str`` becomes ``string``. Versions must be explicit:
     ``DeviceAttribute(version="1.2.3")``.
     """
+
+    # constructed by wire name (``DeviceAttribute(int=3)``), so no population by field name
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False)
 
     int_: int | None = Field(default=None, alias="int")
     bool_: bool | None = Field(default=None, alias="bool")
@@ -128,7 +133,7 @@ AttributeValue = DeviceAttribute | int | bool | str
 
 
 class ValidRange(_Frozen):
-    """``CapacityRequestPolicyRange``: requests between ``min`` and ``max`` in ``step`` increments."""
+    """``CapacityRequestPolicyRange``: requests from ``min`` to ``max`` in ``step`` increments."""
 
     min: Quantity
     max: Quantity | None = None
@@ -227,9 +232,7 @@ class Device(_Frozen):
     name: str
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
     capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
-    consumes_counters: tuple[CounterConsumption, ...] = Field(
-        default=(), alias="consumesCounters"
-    )
+    consumes_counters: tuple[CounterConsumption, ...] = Field(default=(), alias="consumesCounters")
     taints: tuple[DeviceTaint, ...] = ()
     allow_multiple_allocations: bool | None = Field(default=None, alias="allowMultipleAllocations")
     pool: str | None = None

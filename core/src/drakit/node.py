@@ -10,6 +10,7 @@ leave the ResourceSlices for the successor (a rolling update adopts them).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -119,7 +120,7 @@ class Node:
                 state_dir=s.state_dir,
                 cdi_dir=s.cdi_dir,
                 boot_id=self.boot_id,
-                on_repair=lambda reason, msg, n, d=driver: self._repaired(d, reason, msg, n),
+                on_repair=functools.partial(self._repaired, driver),
                 observer=self.metrics,
             )
             self.states[driver] = state
@@ -145,7 +146,7 @@ class Node:
                 interval=s.discovery.interval,
                 owner_node_uid=(node or {}).get("metadata", {}).get("uid"),
             )
-            self._spawn("publisher", lambda: self._run_publisher())
+            self._spawn("publisher", self._run_publisher)
         self._spawn("health", self._health_loop)
         if s.metrics.enabled:
             self.probes = ProbeServer(
@@ -160,8 +161,8 @@ class Node:
         )
 
     def _run_publisher(self) -> None:
-        assert self.publisher is not None
-        self.publisher.run(self._stop)
+        if self.publisher is not None:
+            self.publisher.run(self._stop)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -210,11 +211,16 @@ class Node:
 
     # -- inventory -----------------------------------------------------------------------------
 
+    def _the_host(self) -> PluginHost:
+        if self.host is None:
+            raise PermanentError("the node is not started")
+        return self.host
+
     def refresh(self) -> Inventory:
         """Re-discover and return the current inventory (also updates device ownership)."""
-        assert self.host is not None
+        host = self._the_host()
         with self._inv_lock:
-            inv = build_inventory(self.host)
+            inv = build_inventory(host)
             self.inventory = inv
         counts: dict[str, int] = {}
         for spec in inv.pools:
@@ -260,20 +266,21 @@ class Node:
 
     def poll_health(self) -> None:
         """Ask every plugin for device health and push it to the kubelet streams."""
-        assert self.host is not None
+        host = self._the_host()
         try:
-            reported = self.host.health()
+            reported = host.health()
         except DrakitError:
             log.exception("health poll failed")
             return
-        drivers = self.host.driver_names()
+        drivers = host.driver_names()
         unhealthy: set[tuple[str, str, str]] = set()
         per_driver: dict[str, dict[tuple[str, str], DeviceHealth]] = {
             d: {(h.pool, h.device): h for h in self._default_health(d)} for d in self.health
         }
-        for plugin, items in reported.items():
+        items: dict[tuple[str, str], DeviceHealth]
+        for plugin, batch in reported.items():
             driver = drivers[plugin]
-            for h in items:
+            for h in batch:
                 per_driver.setdefault(driver, {})[(h.pool, h.device)] = h
                 if h.health == "Unhealthy":
                     unhealthy.add((driver, h.pool, h.device))

@@ -218,7 +218,7 @@ class PluginHost:
         if errors:
             raise ConfigInvalid(errors, source="configuration")
         for name, cls, section in validated:
-            driver = section.driver or getattr(cls, "default_driver", f"{name}.drakit.io")
+            driver: str = section.driver or str(getattr(cls, "default_driver", f"{name}.drakit.io"))
             ctx = PluginContext(
                 name=name,
                 settings=section,
@@ -307,7 +307,9 @@ class PluginHost:
             self._add_inventory(out, name, inv)
         self._enrich(out)
         for name in self.backends:
-            inv = self._only(name, "drakit_compose_devices")(node=self.node, devices=dict(out.devices))
+            inv = self._only(name, "drakit_compose_devices")(
+                node=self.node, devices=dict(out.devices)
+            )
             self._add_inventory(out, name, inv)
         self._owners = dict(out.owners)
         return out
@@ -366,7 +368,9 @@ class PluginHost:
                             )
                         added[key][attr] = (plugin_name, value)
         for key, attrs in added.items():
-            out.devices[key] = out.devices[key].with_attributes({a: v for a, (_, v) in attrs.items()})
+            out.devices[key] = out.devices[key].with_attributes(
+                {a: v for a, (_, v) in attrs.items()}
+            )
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -456,7 +460,5 @@ class PluginHost:
         """
         res = self.pm.hook.drakit_select_resources(strategy=strategy, request=request)
         if res is None:
-            raise PermanentError(
-                f"no strategy {strategy!r} for selecting {request.kind} resources"
-            )
+            raise PermanentError(f"no strategy {strategy!r} for selecting {request.kind} resources")
         return cast(SelectionResult, res)

@@ -53,7 +53,7 @@ def fast_tmp() -> str | None:
     A simulated profile is thousands of small files; on a loaded disk writing them takes tens
     of seconds, in memory well under one.
     """
-    shm = Path("/dev/shm")
+    shm = Path("/dev/shm")  # noqa: S108 - private temp dirs are made inside it
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drakit.errors import SliceValidationError
-from drakit.models import CounterSet, Device
+from drakit.models import CounterSet, Device, DeviceAttribute
 
 __all__ = [
     "API_VERSION",
@@ -48,6 +48,12 @@ MAX_COUNTERS_PER_SET = 32
 MAX_CONSUMPTIONS_PER_DEVICE = 2
 MAX_TAINTS = 16
 MAX_STRING = 64
+MAX_DNS_LABEL = 63
+MAX_DRIVER_NAME = 63
+MAX_POOL_NAME = 253
+MAX_DOMAIN = 63
+MAX_IDENTIFIER = 32
+_NAME_PREFIX_BUDGET = 200  # leaves room for "-<index>" within a DNS subdomain's 253
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -65,7 +71,7 @@ def _fail(where: str, rule: str) -> SliceValidationError:
 
 def check_dns_label(value: str, what: str, where: str) -> None:
     """Raise unless ``value`` is a DNS label (<= 63 chars of ``[a-z0-9-]``)."""
-    if len(value) > 63 or not _DNS_LABEL.match(value):
+    if len(value) > MAX_DNS_LABEL or not _DNS_LABEL.match(value):
         raise _fail(
             where,
             f"{what} {value!r} must be a DNS label: at most 63 lower-case letters, digits or '-',"
@@ -75,7 +81,7 @@ def check_dns_label(value: str, what: str, where: str) -> None:
 
 def check_driver_name(driver: str) -> None:
     """Raise unless ``driver`` is a valid DRA driver name."""
-    if len(driver) > 63 or not _DNS_SUBDOMAIN.match(driver.lower()):
+    if len(driver) > MAX_DRIVER_NAME or not _DNS_SUBDOMAIN.match(driver.lower()):
         raise _fail(
             f"driver {driver!r}",
             "a driver name must be a DNS subdomain of at most 63 characters (e.g. gpu.example.com)",
@@ -84,7 +90,7 @@ def check_driver_name(driver: str) -> None:
 
 def check_pool_name(pool: str) -> None:
     """Raise unless ``pool`` is a valid pool name."""
-    if len(pool) > 253 or not all(_DNS_SUBDOMAIN.match(p) for p in pool.split("/")):
+    if len(pool) > MAX_POOL_NAME or not all(_DNS_SUBDOMAIN.match(p) for p in pool.split("/")):
         raise _fail(
             f"pool {pool!r}",
             "a pool name is one or more DNS subdomains separated by '/', at most 253 characters",
@@ -93,9 +99,9 @@ def check_pool_name(pool: str) -> None:
 
 def _check_qualified(name: str, where: str) -> None:
     domain, sep, ident = name.rpartition("/")
-    if sep and (len(domain) > 63 or not _DNS_SUBDOMAIN.match(domain)):
+    if sep and (len(domain) > MAX_DOMAIN or not _DNS_SUBDOMAIN.match(domain)):
         raise _fail(where, f"the domain of {name!r} must be a DNS subdomain of at most 63 chars")
-    if len(ident) > 32 or not _C_IDENT.match(ident):
+    if len(ident) > MAX_IDENTIFIER or not _C_IDENT.match(ident):
         raise _fail(
             where,
             f"{name!r}: the name part must be a C identifier of at most 32 characters "
@@ -118,23 +124,35 @@ def validate_device(device: Device, where: str, known_counter_sets: set[str] | N
             where,
             f"{n} attributes + capacities; at most {MAX_ATTRS_AND_CAPS} per device are allowed",
         )
-    values = 0
-    for name, attr in device.attributes.items():
-        _check_qualified(name, f"{where} attribute")
-        values += attr.value_count()
-        v = attr.value
-        texts = [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)] if isinstance(v, tuple) else []
-        for t in texts:
-            if len(t) > MAX_STRING:
-                raise _fail(where, f"attribute {name}: {t[:20]!r}... is over {MAX_STRING} characters")
-        if attr.kind in ("version", "versions"):
-            for t in texts:
-                if not _SEMVER.match(t):
-                    raise _fail(where, f"attribute {name}: {t!r} is not a semantic version (1.2.3)")
-        if attr.kind in ("ints", "bools", "strings", "versions") and not v:
-            raise _fail(where, f"attribute {name}: a list attribute may not be empty")
+    values = sum(_check_attribute(name, attr, where) for name, attr in device.attributes.items())
     if values > MAX_ATTRIBUTE_VALUES:
         raise _fail(where, f"{values} attribute values; at most {MAX_ATTRIBUTE_VALUES} per device")
+    _check_capacities_and_counters(device, where, known_counter_sets)
+
+
+def _check_attribute(name: str, attr: DeviceAttribute, where: str) -> int:
+    """Check one attribute; return how many values it counts for."""
+    _check_qualified(name, f"{where} attribute")
+    v = attr.value
+    if isinstance(v, str):
+        texts = [v]
+    elif isinstance(v, tuple):
+        texts = [x for x in v if isinstance(x, str)]
+    else:
+        texts = []
+    for t in texts:
+        if len(t) > MAX_STRING:
+            raise _fail(where, f"attribute {name}: {t[:20]!r}... is over {MAX_STRING} characters")
+        if attr.kind in ("version", "versions") and not _SEMVER.match(t):
+            raise _fail(where, f"attribute {name}: {t!r} is not a semantic version (1.2.3)")
+    if attr.kind in ("ints", "bools", "strings", "versions") and not v:
+        raise _fail(where, f"attribute {name}: a list attribute may not be empty")
+    return attr.value_count()
+
+
+def _check_capacities_and_counters(
+    device: Device, where: str, known_counter_sets: set[str] | None
+) -> None:
     for name, cap in device.capacity.items():
         _check_qualified(name, f"{where} capacity")
         if cap.request_policy is not None and not device.allow_multiple_allocations:
@@ -171,7 +189,9 @@ def _is_advanced(device: Device) -> bool:
     return bool(
         device.taints
         or device.consumes_counters
-        or any(a.kind in ("ints", "bools", "strings", "versions") for a in device.attributes.values())
+        or any(
+            a.kind in ("ints", "bools", "strings", "versions") for a in device.attributes.values()
+        )
     )
 
 
@@ -192,7 +212,10 @@ def _device_to_api(device: Device) -> dict[str, Any]:
         out["capacity"] = caps
     if device.consumes_counters:
         out["consumesCounters"] = [
-            {"counterSet": cc.counter_set, "counters": {k: {"value": cc.counters[k]} for k in sorted(cc.counters)}}
+            {
+                "counterSet": cc.counter_set,
+                "counters": {k: {"value": cc.counters[k]} for k in sorted(cc.counters)},
+            }
             for cc in device.consumes_counters
         ]
     if device.taints:
@@ -203,7 +226,10 @@ def _device_to_api(device: Device) -> dict[str, Any]:
 
 
 def _counter_set_to_api(cs: CounterSet) -> dict[str, Any]:
-    return {"name": cs.name, "counters": {k: {"value": cs.counters[k]} for k in sorted(cs.counters)}}
+    return {
+        "name": cs.name,
+        "counters": {k: {"value": cs.counters[k]} for k in sorted(cs.counters)},
+    }
 
 
 def _chunks(devices: Sequence[Device]) -> list[list[Device]]:
@@ -227,9 +253,9 @@ def slice_name_prefix(node: str, driver: str, pool: str) -> str:
     """The deterministic name prefix of a pool's slices (a DNS subdomain)."""
     base = f"{node}-{driver}" if pool == node else f"{node}-{driver}-{pool.replace('/', '-')}"
     base = re.sub(r"[^a-z0-9.-]", "-", base.lower()).strip("-.")
-    if len(base) > 200:
+    if len(base) > _NAME_PREFIX_BUDGET:
         digest = hashlib.sha256(base.encode()).hexdigest()[:10]
-        base = f"{base[:189]}-{digest}"
+        base = f"{base[: _NAME_PREFIX_BUDGET - 11]}-{digest}"
     return base
 
 

@@ -165,7 +165,9 @@ class DriverState:
 
     def _observe(self, op: str, error: str, start: float) -> None:
         if self.observer is not None:
-            self.observer.observe(self.driver, op, "error" if error else "success", time.monotonic() - start)
+            self.observer.observe(
+                self.driver, op, "error" if error else "success", time.monotonic() - start
+            )
 
     def _fetch(self, ref: ClaimRef) -> _Planned | ClaimError:
         where = f"claim {ref.namespace}/{ref.name}"
@@ -201,7 +203,9 @@ class DriverState:
         owners: dict[str, list[AllocatedDevice]] = {}
         for i, r in enumerate(results):
             request = str(r.get("request", ""))
-            key = DeviceKey(driver=self.driver, pool=str(r.get("pool", "")), device=str(r.get("device", "")))
+            key = DeviceKey(
+                driver=self.driver, pool=str(r.get("pool", "")), device=str(r.get("device", ""))
+            )
             owner = self.host.owner_of(key)
             if owner is None:
                 raise ClaimError(
@@ -215,19 +219,24 @@ class DriverState:
                 driver=self.driver,
                 pool=key.pool,
                 device=key.device,
-                consumedCapacity={k: str(v) for k, v in (r.get("consumedCapacity") or {}).items()},
-                shareID=r.get("shareID"),
-                adminAccess=bool(r.get("adminAccess")),
-                config=tuple(m for reqs, m in configs if not reqs or base in reqs or request in reqs),
+                consumed_capacity={k: str(v) for k, v in (r.get("consumedCapacity") or {}).items()},
+                share_id=r.get("shareID"),
+                admin_access=bool(r.get("adminAccess")),
+                config=tuple(
+                    m for reqs, m in configs if not reqs or base in reqs or request in reqs
+                ),
             )
             devices.append(dev)
             owners.setdefault(owner, []).append(dev)
         return _Planned(ref=ref, devices=devices, owners=owners)
 
-    def _configs(self, where: str, entries: list[dict[str, Any]]) -> list[tuple[set[str], BaseModel]]:
+    def _configs(
+        self, where: str, entries: list[dict[str, Any]]
+    ) -> list[tuple[set[str], BaseModel]]:
         """Validated opaque configs of this driver, class entries first, then claim entries."""
         ordered = sorted(
-            enumerate(entries), key=lambda ie: (0 if ie[1].get("source") == "FromClass" else 1, ie[0])
+            enumerate(entries),
+            key=lambda ie: (0 if ie[1].get("source") == "FromClass" else 1, ie[0]),
         )
         out: list[tuple[set[str], BaseModel]] = []
         for i, entry in ordered:
@@ -265,7 +274,11 @@ class DriverState:
     def _prepare_one(self, cp: Checkpoint, plan: _Planned) -> ClaimPrepareResult:
         ref = plan.ref
         rec = cp.claims.get(ref.uid)
-        if rec is not None and rec.phase == ClaimPhase.PREPARE_COMPLETED and self.cdi.exists(ref.uid):
+        if (
+            rec is not None
+            and rec.phase == ClaimPhase.PREPARE_COMPLETED
+            and self.cdi.exists(ref.uid)
+        ):
             return ClaimPrepareResult(devices=rec.results)  # idempotent repeat: no side effects
         if rec is not None and rec.phase == ClaimPhase.UNPREPARE_STARTED:
             err = self._unprepare_one(cp, ref)  # finish the interrupted unprepare first
@@ -284,7 +297,9 @@ class DriverState:
         try:
             prepared: dict[str, list[PreparedDevice]] = {}
             for plugin, devs in plan.owners.items():
-                claim = ClaimInfo(namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs))
+                claim = ClaimInfo(
+                    namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs)
+                )
                 got = self.host.prepare(plugin, claim, self._held(cp, plugin, ref.uid))
                 self._check_prepared(where, plugin, devs, got)
                 prepared[plugin] = got
@@ -368,7 +383,9 @@ class DriverState:
                 if plugin in self.host.backends:
                     self.host.unprepare(plugin, ref.uid, prepared)
                 else:
-                    log.warning("%s: plugin %r is no longer enabled; nothing to undo", where, plugin)
+                    log.warning(
+                        "%s: plugin %r is no longer enabled; nothing to undo", where, plugin
+                    )
         except DrakitError as e:
             log.warning("unprepare of %s (uid %s) failed: %s", where, ref.uid, e)
             return f"{where}: {e}"

@@ -40,7 +40,9 @@ class Strategy:
         return None
 
     @hookimpl
-    def drakit_publish_order(self, strategy: str, devices: Sequence[Device]) -> Sequence[Device] | None:
+    def drakit_publish_order(
+        self, strategy: str, devices: Sequence[Device]
+    ) -> Sequence[Device] | None:
         """Answer for this strategy's name only."""
         return self.order(devices) if strategy == self.name else None
 
@@ -65,7 +67,10 @@ def _numa_of(device: Device) -> int:
 
 
 def _exact(request: SimpleRequest, count: int | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"deviceClassName": request.device_class, "count": count or request.count}
+    body: dict[str, Any] = {
+        "deviceClassName": request.device_class,
+        "count": count or request.count,
+    }
     if request.selectors:
         body["selectors"] = [{"cel": {"expression": e}} for e in request.selectors]
     return body
@@ -90,9 +95,7 @@ class Packed(Strategy):
         """``exactly`` + ``matchAttribute``."""
         return ShapedClaim(
             requests=({"name": request.name, "exactly": _exact(request)},),
-            constraints=(
-                {"requests": [request.name], "matchAttribute": request.align_attribute},
-            )
+            constraints=({"requests": [request.name], "matchAttribute": request.align_attribute},)
             if request.count > 1
             else (),
         )
@@ -163,6 +166,9 @@ class NumaPreferred(Strategy):
                 },
             ),
             constraints=(
-                {"requests": [f"{request.name}/aligned"], "matchAttribute": request.align_attribute},
+                {
+                    "requests": [f"{request.name}/aligned"],
+                    "matchAttribute": request.align_attribute,
+                },
             ),
         )

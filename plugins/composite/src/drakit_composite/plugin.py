@@ -50,8 +50,7 @@ class CompositePlugin:
     default_driver: ClassVar[str] = "pairs.composite.drakit.io"
 
     def __init__(self, context: PluginContext) -> None:
-        assert isinstance(context.settings, CompositeSettings)
-        self.settings = context.settings
+        self.settings = context.settings_as(CompositeSettings)
         self._pairs: dict[str, tuple[str, str, str, str]] = {}
 
     @hookimpl

@@ -44,7 +44,6 @@ from drakit.models import (
 )
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit.sysfs import NUMA_NODE
-
 from drakit_cpu.allocator import AllocationError, take_distributed, take_packed, take_spread
 from drakit_cpu.topology import CpuTopology
 
@@ -58,7 +57,7 @@ def _cpulist(v: Any) -> str:
     if isinstance(v, int):
         v = str(v)
     if not isinstance(v, str):
-        raise ValueError(f"{v!r} is not a CPU list (example: \"0-3,8\")")
+        raise ValueError(f'{v!r} is not a CPU list (example: "0-3,8")')
     try:
         return format_cpulist(parse_cpulist(v))
     except CpuListError as e:
@@ -98,9 +97,7 @@ def _whole_cpus(q: str, where: str) -> int:
     except InvalidOperation:
         raise PermanentError(f"{where}: consumed cpu {q!r} is not a quantity") from None
     if value <= 0 or value != value.to_integral_value():
-        raise PermanentError(
-            f"{where}: consumed cpu {q!r} must be a positive whole number of CPUs"
-        )
+        raise PermanentError(f"{where}: consumed cpu {q!r} must be a positive whole number of CPUs")
     return int(value)
 
 
@@ -111,9 +108,8 @@ class CpuPlugin:
     default_driver: ClassVar[str] = "cpu.drakit.io"
 
     def __init__(self, context: PluginContext) -> None:
-        assert isinstance(context.settings, CpuSettings)
         self.ctx = context
-        self.settings = context.settings
+        self.settings = context.settings_as(CpuSettings)
         self.reserved = parse_cpulist(self.settings.reserved)
         self.topology: CpuTopology | None = None
         self.groups: dict[str, frozenset[int]] = {}
@@ -237,7 +233,9 @@ class CpuPlugin:
                 raise PermanentError(f"{where}: not a CPU device on this node")
             if self.settings.mode == "individual":
                 if group & taken:
-                    raise PermanentError(f"{where}: CPU {format_cpulist(group)} is held by another claim")
+                    raise PermanentError(
+                        f"{where}: CPU {format_cpulist(group)} is held by another claim"
+                    )
                 chosen = group
             else:
                 n = _whole_cpus(dev.consumed_capacity.get("cpu", "1"), where)
@@ -245,7 +243,13 @@ class CpuPlugin:
                 available = group - taken
                 chosen = self.ctx.select(
                     str(opts["policy"]),
-                    SelectionRequest(kind="cpu", count=n, available=frozenset(available), topology=self.topology, options=opts),
+                    SelectionRequest(
+                        kind="cpu",
+                        count=n,
+                        available=frozenset(available),
+                        topology=self.topology,
+                        options=opts,
+                    ),
                 ).units
             taken |= chosen
             cpus = format_cpulist(chosen)
@@ -254,7 +258,9 @@ class CpuPlugin:
                     request=dev.request,
                     pool=dev.pool,
                     device=dev.device,
-                    edits=CdiEdits(env=(f"DRAKIT_CPUSET_{dev.device.upper().replace('-', '_')}={cpus}",)),
+                    edits=CdiEdits(
+                        env=(f"DRAKIT_CPUSET_{dev.device.upper().replace('-', '_')}={cpus}",)
+                    ),
                     state={"cpus": cpus},
                 )
             )
@@ -284,7 +290,10 @@ class CpuPlugin:
                 )
             elif strategy == "distributed":
                 units = take_distributed(
-                    topo, request.available, request.count, group_size=int(opts.get("group_size", 1))
+                    topo,
+                    request.available,
+                    request.count,
+                    group_size=int(opts.get("group_size", 1)),
                 )
             elif strategy == "spread":
                 units = take_spread(topo, request.available, request.count)

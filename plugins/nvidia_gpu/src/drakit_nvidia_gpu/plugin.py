@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from drakit.config import PluginSettings
+from drakit.context import PluginContext
+from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
     CdiEdits,
@@ -16,12 +19,8 @@ from drakit.models import (
     NodeInfo,
     PreparedDevice,
 )
-from drakit.config import PluginSettings
-from drakit.errors import PermanentError
-from drakit.context import PluginContext
 from drakit.sim.nvml import NvmlGpu
 from drakit.sysfs import read_pci_functions, standard_pci_attributes
-
 from drakit_nvidia_gpu.discovery import read_nvml
 
 __all__ = ["NvidiaGpuPlugin", "NvidiaGpuSettings"]
@@ -41,8 +40,7 @@ class NvidiaGpuPlugin:
 
     def __init__(self, context: PluginContext) -> None:
         self.ctx = context
-        assert isinstance(context.settings, NvidiaGpuSettings)
-        self.settings = context.settings
+        self.settings = context.settings_as(NvidiaGpuSettings)
         self._gpus: dict[str, NvmlGpu] = {}
 
     @hookimpl

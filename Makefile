@@ -1,0 +1,36 @@
+# drakit's two entry points: `make demo` and `make test` (what CI runs via .ci/run).
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+UV = $(shell hack/ensure-uv.sh)
+
+.PHONY: setup demo test lint unit e2e control-plane bench fmt
+
+setup:
+	$(UV) sync --all-packages --frozen
+
+demo: setup
+	$(UV) run drakit demo
+
+lint: setup
+	$(UV) run ruff check .
+	$(UV) run ruff format --check .
+	$(UV) run mypy
+	$(UV) run lint-imports
+
+# Builds kube-apiserver, kube-scheduler, kube-controller-manager, etcd and the kubelet
+# stand-in from the Go module proxy (cached under ~/.cache/drakit/k8s/, a no-op when warm).
+control-plane:
+	hack/control-plane/build.sh >/dev/null
+
+unit: setup
+	$(UV) run pytest -m "not e2e"
+
+test: lint control-plane
+	DRAKIT_E2E_REQUIRED=1 $(UV) run pytest
+
+bench: setup
+	$(UV) run python benchmarks/run.py
+
+fmt: setup
+	$(UV) run ruff format .
+	$(UV) run ruff check --fix .
