@@ -440,8 +440,8 @@ class ResourceSlicePublisher:
         try:
             while not stop_event.is_set():
                 rediscover = time.monotonic() >= next_discovery
-                with self._cond:
-                    self._pending.discard("changed")
+                with self._cond:  # this round reads everything afresh
+                    self._pending -= {"changed", "reconnected"}
                 try:
                     self.sync_once(rediscover=rediscover)
                     failures = 0
