@@ -40,7 +40,9 @@ def _plugin(name: str) -> Path:
         return candidate
     found = shutil.which(name)
     if found is None:
-        sys.exit(f"{name} not found: run `uv sync --all-packages` (mypy-protobuf is a dev dependency)")
+        sys.exit(
+            f"{name} not found: run `uv sync --all-packages` (mypy-protobuf is a dev dependency)"
+        )
     return Path(found)
 
 
