@@ -186,6 +186,7 @@ class PluginHost:
         self.contexts: dict[str, PluginContext] = {}
         self.strategies: dict[str, object] = {}
         self._owners: dict[DeviceKey, str] = {}
+        self._devices: dict[DeviceKey, Device] = {}
         self._load_backends()
         self._load_strategies()
         for name, obj in (extra_plugins or {}).items():
@@ -270,6 +271,10 @@ class PluginHost:
         """The plugin that discovered a device in the last round, if any."""
         return self._owners.get(key)
 
+    def device(self, key: DeviceKey) -> Device | None:
+        """A device as published in the last discovery round, if any."""
+        return self._devices.get(key)
+
     def hook_implementations(self, name: str) -> list[str]:
         """The hooks a registered plugin implements."""
         plugin = self.pm.get_plugin(name)
@@ -312,6 +317,7 @@ class PluginHost:
             )
             self._add_inventory(out, name, inv)
         self._owners = dict(out.owners)
+        self._devices = dict(out.devices)
         return out
 
     def _add_inventory(self, out: Discovered, plugin: str, result: Any) -> None:

@@ -294,6 +294,11 @@ class DriverState:
         cp.claims[ref.uid] = rec
         self.store.save(cp)
         where = f"claim {ref.namespace}/{ref.name}"
+        clash = self._exclusive_clash(cp, plan)
+        if clash:
+            del cp.claims[ref.uid]
+            self.store.save(cp)
+            return ClaimPrepareResult(error=f"{where}: {clash}")
         try:
             prepared: dict[str, list[PreparedDevice]] = {}
             for plugin, devs in plan.owners.items():
@@ -335,6 +340,25 @@ class DriverState:
         crash_point("prepare-after-checkpoint")
         log.info("prepared claim %s (uid %s): %d devices", where, ref.uid, len(plan.devices))
         return ClaimPrepareResult(devices=rec.results)
+
+    def _exclusive_clash(self, cp: Checkpoint, plan: _Planned) -> str:
+        """The last line of defence against double use: an exclusive device held elsewhere."""
+        holders: dict[tuple[str, str], str] = {}
+        for uid, rec in cp.claims.items():
+            if uid != plan.ref.uid:
+                for r in rec.results:
+                    holders[(r.pool, r.device)] = f"{rec.namespace}/{rec.name}"
+        for d in plan.devices:
+            dev = self.host.device(d.key)
+            shared = dev is not None and bool(dev.allow_multiple_allocations)
+            holder = holders.get((d.pool, d.device))
+            if holder and not shared:
+                return (
+                    f"request {d.request!r}: device {d.device!r} is still prepared for claim "
+                    f"{holder} and cannot be shared (no allowMultipleAllocations); the "
+                    "allocation is stale, the kubelet will retry after that claim is released"
+                )
+        return ""
 
     @staticmethod
     def _cdi_device(d: AllocatedDevice) -> str:

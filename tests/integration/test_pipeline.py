@@ -1,0 +1,381 @@
+"""The prepare/unprepare pipeline on simulated hardware, with claims from an in-memory source.
+
+These run the real DriverState, PluginHost, backends, checkpoint and CDI writer; only the API
+server is replaced (by drakit.demo.InMemoryClaims). The same behaviour against the real
+control plane and the kubelet stand-in is in tests/e2e.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drakit.checkpoint import ClaimPhase
+from drakit.config import DrakitSettings
+from drakit.demo import InMemoryClaims
+from drakit.inventory import build_inventory
+from drakit.models import ClaimRef
+from drakit.pluginhost import PluginHost
+from drakit.runtime import open_host
+from drakit.state import MAX_OPAQUE_BYTES, DriverState
+
+GPU = "gpu.nvidia.drakit.io"
+CPU = "cpu.drakit.io"
+NODE = "node-a"
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[PluginHost]:
+    settings = DrakitSettings(
+        profile="h200-8gpu-8ainic",
+        node_name=NODE,
+        plugins={"cpu": {"reserved": "0-1"}, "nvidia_gpu": {}, "amd_ainic": {}},
+    )
+    with open_host(settings) as h:
+        build_inventory(h)  # discovery records which plugin owns which device
+        yield h
+
+
+@pytest.fixture
+def claims() -> InMemoryClaims:
+    return InMemoryClaims()
+
+
+def make_state(
+    host: PluginHost,
+    claims: InMemoryClaims,
+    tmp_path: Path,
+    driver: str = GPU,
+    boot_id: str = "boot-1",
+) -> DriverState:
+    return DriverState(
+        driver,
+        host,
+        claims,
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        boot_id=boot_id,
+    )
+
+
+def claim(
+    claims: InMemoryClaims,
+    results: list[dict[str, Any]],
+    config: list[dict[str, Any]] | None = None,
+    name: str | None = None,
+) -> ClaimRef:
+    uid = str(uuid.uuid4())
+    name = name or f"c-{uid[:8]}"
+    claims.add(
+        {
+            "metadata": {"namespace": "ns", "name": name, "uid": uid},
+            "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
+        }
+    )
+    return ClaimRef(namespace="ns", name=name, uid=uid)
+
+
+def gpu(device: str, request: str = "gpus", pool: str = NODE) -> dict[str, Any]:
+    return {"request": request, "driver": GPU, "pool": pool, "device": device}
+
+
+def test_prepare_returns_cdi_ids_and_writes_one_spec(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path)
+    ref = claim(
+        claims,
+        [
+            gpu("gpu-0"),
+            gpu("gpu-1"),
+            {"request": "x", "driver": "other.io", "pool": NODE, "device": "d"},
+        ],
+    )
+    res = state.prepare([ref])[ref.uid]
+    assert res.error == ""
+    assert [d.device for d in res.devices] == ["gpu-0", "gpu-1"]  # other drivers' results skipped
+    ids = [i for d in res.devices for i in d.cdi_device_ids]
+    assert ids == [f"k8s.{GPU}/claim={ref.uid}-gpu-0", f"k8s.{GPU}/claim={ref.uid}-gpu-1"]
+    specs = list((tmp_path / "cdi").iterdir())
+    assert [p.name for p in specs] == [f"k8s.{GPU}-claim_{ref.uid}.json"]
+    spec = json.loads(specs[0].read_text())
+    assert spec["kind"] == f"k8s.{GPU}/claim"
+    assert spec["cdiVersion"] == "0.5.0"  # device names may start with a digit (the UID)
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
+
+
+def test_prepare_is_idempotent_and_unprepare_cleans_up(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path)
+    ref = claim(claims, [gpu("gpu-2")])
+    first = state.prepare([ref])[ref.uid]
+    spec = tmp_path / "cdi" / f"k8s.{GPU}-claim_{ref.uid}.json"
+    mtime = spec.stat().st_mtime_ns
+    again = state.prepare([ref])[ref.uid]
+    assert again == first
+    assert spec.stat().st_mtime_ns == mtime  # no side effect repeated
+    assert state.unprepare([ref])[ref.uid].error == ""
+    assert state.unprepare([ref])[ref.uid].error == ""  # idempotent
+    assert not spec.exists()
+    assert state.prepared_claims() == {}
+
+
+def test_unprepare_of_unknown_and_deleted_claims_succeeds(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path)
+    ref = claim(claims, [gpu("gpu-3")])
+    assert state.prepare([ref])[ref.uid].error == ""
+    claims.claims.clear()  # the claim object is gone from the API server
+    assert state.unprepare([ref])[ref.uid].error == ""
+    ghost = ClaimRef(namespace="ns", name="never", uid=str(uuid.uuid4()))
+    assert state.unprepare([ghost])[ghost.uid].error == ""
+
+
+def test_one_bad_claim_fails_alone(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path)
+    good = claim(claims, [gpu("gpu-4")], name="good")
+    unknown_device = claim(claims, [gpu("gpu-99", request="big")], name="bad-device")
+    unknown_pool = claim(claims, [gpu("gpu-5", pool="elsewhere")], name="bad-pool")
+    missing = ClaimRef(namespace="ns", name="missing", uid=str(uuid.uuid4()))
+    replaced = claim(claims, [gpu("gpu-6")], name="replaced")
+    replaced_ref = ClaimRef(namespace="ns", name="replaced", uid=str(uuid.uuid4()))
+    assert replaced.uid != replaced_ref.uid
+    out = state.prepare([good, unknown_device, unknown_pool, missing, replaced_ref])
+    assert out[good.uid].error == ""
+    err = out[unknown_device.uid].error
+    assert "claim ns/bad-device" in err
+    assert "request 'big'" in err
+    assert "gpu-99" in err
+    assert "results[0]" in err
+    assert "pool 'elsewhere'" in out[unknown_pool.uid].error
+    assert "not found" in out[missing.uid].error
+    assert "replaced" in out[replaced_ref.uid].error
+    assert set(state.prepared_claims()) == {good.uid}
+
+
+def cpu_config(
+    params: dict[str, Any], requests: list[str] | None = None, source: str = "FromClaim"
+) -> dict[str, Any]:
+    return {
+        "source": source,
+        "requests": requests or [],
+        "opaque": {"driver": CPU, "parameters": params},
+    }
+
+
+def cpu_result(request: str = "cpus", n: int = 4, device: str = "cpu-numa-0") -> dict[str, Any]:
+    return {
+        "request": request,
+        "driver": CPU,
+        "pool": NODE,
+        "device": device,
+        "consumedCapacity": {"cpu": str(n)},
+    }
+
+
+def test_config_errors_name_claim_request_and_field(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path, driver=CPU)
+    ok = claim(
+        claims,
+        [cpu_result()],
+        [
+            cpu_config(
+                {"apiVersion": "cpu.drakit.io/v1alpha1", "kind": "CpuConfig", "policy": "spread"}
+            )
+        ],
+    )
+    bad_field = claim(
+        claims,
+        [cpu_result()],
+        [
+            cpu_config(
+                {"apiVersion": "cpu.drakit.io/v1alpha1", "kind": "CpuConfig", "policy": "sideways"},
+                requests=["cpus"],
+            )
+        ],
+        name="bad-field",
+    )
+    unowned = claim(
+        claims,
+        [cpu_result()],
+        [cpu_config({"apiVersion": "example.com/v1", "kind": "Mystery"})],
+        name="unowned",
+    )
+    huge = claim(
+        claims,
+        [cpu_result()],
+        [
+            cpu_config(
+                {
+                    "apiVersion": "cpu.drakit.io/v1alpha1",
+                    "kind": "CpuConfig",
+                    "pad": "x" * (MAX_OPAQUE_BYTES + 1),
+                }
+            )
+        ],
+        name="huge",
+    )
+    not_object = claim(
+        claims,
+        [cpu_result()],
+        [{"source": "FromClass", "requests": [], "opaque": {"driver": CPU, "parameters": [1]}}],
+        name="not-object",
+    )
+    out = state.prepare([ok, bad_field, unowned, huge, not_object])
+    assert out[ok.uid].error == ""
+    e = out[bad_field.uid].error
+    assert "claim ns/bad-field" in e
+    assert "config[0]" in e
+    assert "requests ['cpus']" in e
+    assert "policy" in e
+    assert "sideways" in e
+    assert "no plugin of driver" in out[unowned.uid].error
+    assert "Mystery" in out[unowned.uid].error
+    assert "bytes; at most 10240" in out[huge.uid].error
+    assert "must be a JSON object" in out[not_object.uid].error
+
+
+def test_claim_config_wins_over_class_config(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path, driver=CPU)
+    base = {"apiVersion": "cpu.drakit.io/v1alpha1", "kind": "CpuConfig"}
+    ref = claim(
+        claims,
+        [cpu_result(n=8, device="cpu-numa-1")],
+        [
+            cpu_config({**base, "policy": "spread"}, source="FromClaim"),
+            cpu_config({**base, "policy": "packed"}, source="FromClass"),
+        ],
+    )
+    assert state.prepare([ref])[ref.uid].error == ""
+    rec = state.prepared_claims()[ref.uid]
+    cpus = rec.prepared["cpu"][0].state["cpus"]
+    # spread (distribute-cpus-across-cores) takes one thread per core: no SMT siblings together
+    from drakit.cpuset import parse_cpulist
+
+    chosen = parse_cpulist(cpus)
+    topo = host.backends["cpu"].topology  # type: ignore[attr-defined]
+    assert len({topo.info(c).core_id for c in chosen}) == len(chosen) == 8
+
+
+def test_shared_group_device_gives_disjoint_cpus_under_concurrency(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path, driver=CPU)
+    refs = [claim(claims, [cpu_result(n=6, device="cpu-numa-0")]) for _ in range(8)]
+    results: dict[str, str] = {}
+
+    def run(r: ClaimRef) -> None:
+        out = state.prepare([r])[r.uid]
+        results[r.uid] = out.error
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in refs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(e == "" for e in results.values()), results
+    from drakit.cpuset import parse_cpulist
+
+    sets = [
+        parse_cpulist(rec.prepared["cpu"][0].state["cpus"])
+        for rec in state.prepared_claims().values()
+    ]
+    assert len(sets) == 8
+    assert all(len(s) == 6 for s in sets)
+    union: set[int] = set()
+    for s in sets:
+        assert not (union & s)
+        union |= s
+    assert not (union & {0, 1})  # reserved CPUs are never handed out
+
+
+def test_corrupt_checkpoint_is_moved_aside_and_serving_continues(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    repairs: list[tuple[str, int]] = []
+    state = DriverState(
+        GPU,
+        host,
+        claims,
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        boot_id="b",
+        on_repair=lambda r, _m, n: repairs.append((r, n)),
+    )
+    ref = claim(claims, [gpu("gpu-1")])
+    assert state.prepare([ref])[ref.uid].error == ""
+    cp = tmp_path / "state" / GPU / "checkpoint.json"
+    data = json.loads(cp.read_text())
+    data["claims"][ref.uid]["name"] = "tampered"  # checksum no longer matches
+    cp.write_text(json.dumps(data))
+    other = claim(claims, [gpu("gpu-2")])
+    assert state.prepare([other])[other.uid].error == ""
+    assert repairs == [("corrupt", 1)]
+    aside = [p.name for p in cp.parent.iterdir() if ".corrupt-" in p.name]
+    assert len(aside) == 1
+    # the claim from the lost checkpoint can still be unprepared: its CDI spec goes by name
+    assert state.unprepare([ref])[ref.uid].error == ""
+    assert not (tmp_path / "cdi" / f"k8s.{GPU}-claim_{ref.uid}.json").exists()
+
+
+def test_reboot_demotes_claims_and_next_prepare_rewrites_cdi(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path, boot_id="before")
+    ref = claim(claims, [gpu("gpu-7")])
+    first = state.prepare([ref])[ref.uid]
+    for p in (tmp_path / "cdi").iterdir():  # tmpfs is empty after a reboot
+        p.unlink()
+    after = make_state(host, claims, tmp_path, boot_id="after")
+    assert after.prepared_claims()[ref.uid].phase == ClaimPhase.PREPARE_STARTED
+    assert after.prepare([ref])[ref.uid] == first
+    assert (tmp_path / "cdi" / f"k8s.{GPU}-claim_{ref.uid}.json").exists()
+    assert after.prepared_claims()[ref.uid].phase == ClaimPhase.PREPARE_COMPLETED
+
+
+def test_thousand_claims_with_32_in_flight_leave_nothing_behind(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    state = make_state(host, claims, tmp_path, driver=CPU)
+    refs = [claim(claims, [cpu_result(n=2, device=f"cpu-numa-{i % 2}")]) for i in range(1000)]
+
+    def cycle(r: ClaimRef) -> str:
+        p = state.prepare([r])[r.uid].error
+        u = state.unprepare([r])[r.uid].error
+        return p + u
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        errors = [e for e in pool.map(cycle, refs) if e]
+    assert errors == []
+    assert state.prepared_claims() == {}
+    assert list((tmp_path / "cdi").iterdir()) == []
+
+
+def test_exclusive_device_is_never_prepared_for_two_claims(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path)
+    first = claim(claims, [gpu("gpu-0")], name="first")
+    second = claim(claims, [gpu("gpu-0")], name="second")
+    assert state.prepare([first])[first.uid].error == ""
+    err = state.prepare([second])[second.uid].error
+    assert "still prepared for claim ns/first" in err
+    assert second.uid not in state.prepared_claims()
+    assert state.unprepare([first])[first.uid].error == ""
+    assert state.prepare([second])[second.uid].error == ""
