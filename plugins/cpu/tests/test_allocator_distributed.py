@@ -23,7 +23,7 @@ from drakit_cpu.allocator import (
     take_distributed,
     take_packed,
 )
-from drakit_cpu.topology import CpuTopology
+from drakit_cpu.topology import CpuInfo, CpuTopology
 
 TopologyLookup = Callable[[str], CpuTopology]
 
@@ -271,3 +271,18 @@ def test_standard_deviation_rounds_like_go() -> None:
     assert _standard_deviation([2, 2, 2, 2]) == 0.0
     assert _standard_deviation([0, 1]) == 0.5
     assert _standard_deviation([1, 2, 4]) == 1.247
+
+
+def test_remainder_subset_that_hangs_the_pinned_kubelet_is_skipped() -> None:
+    # 1 socket, 4 NUMA nodes of 3 SMT2 cores (Linux numbering). With cpuGroupSize 2 some
+    # remainder subsets have enough CPUs in total but not a whole group left on any node; the
+    # pinned kubelet loops forever on them (fixed upstream by PR #140730, which skips them).
+    # drakit skips them too; the answer is pinned as a regression check.
+    topo = CpuTopology.from_cpus(
+        CpuInfo(thread * 12 + core, core, 0, core // 3, core // 3)
+        for thread in range(2)
+        for core in range(12)
+    )
+    free = parse_cpulist("0-6,8-11,13,16-22")
+    got = take_distributed(topo, free, 14, 2)
+    assert format_cpulist(got) == "1,4-6,8-10,13,16-18,20-22"
