@@ -367,6 +367,9 @@ class PreparedDeviceRef(_Frozen):
     pool: str
     device: str
     cdi_device_ids: list[str]
+    share_id: str | None = Field(
+        default=None, description="The allocation's shareID for devices with multiple allocations"
+    )
 
 
 class ClaimPrepareResult(_Frozen):

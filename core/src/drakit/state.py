@@ -332,6 +332,7 @@ class DriverState:
                 pool=d.pool,
                 device=d.device,
                 cdi_device_ids=[self.cdi.device_id(ref.uid, self._cdi_device(d))],
+                share_id=d.share_id,
             )
             for d in plan.devices
         ]

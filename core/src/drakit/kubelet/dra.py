@@ -203,13 +203,15 @@ class NodeService:
 
 
 def _v1_device(d: PreparedDeviceRef) -> v1.Device:
-    # share_id (field 5) stays unset: the boundary model does not carry one yet.
-    return v1.Device(
+    out = v1.Device(
         request_names=_base_request_names(d.requests),
         pool_name=d.pool,
         device_name=d.device,
         cdi_device_ids=list(d.cdi_device_ids),
     )
+    if d.share_id:  # only for allocations of devices with allowMultipleAllocations
+        out.share_id = d.share_id
+    return out
 
 
 def _v1beta1_device(d: PreparedDeviceRef) -> v1beta1.Device:
