@@ -4,9 +4,9 @@
   profiles: writing a profile on a loaded disk takes tens of seconds, in memory under one.
 * ``profile_root``: builds a named simulated profile once per session and returns its root.
 * ``clean_drakit_env``: removes ``DRAKIT_*`` variables that would override configuration.
-* ``install_entry_point``: installs a throwaway distribution (a module and a ``.dist-info``
-  with ``entry_points.txt``) on ``sys.path`` for one test, so the plugin host finds it
-  through ``importlib.metadata`` exactly as it finds a pip-installed vendor plugin.
+* ``entry_points``: installs throwaway distributions (a module and a ``.dist-info`` with
+  ``entry_points.txt``) on ``sys.path`` for one test, so the plugin host finds them through
+  ``importlib.metadata`` exactly as it finds a pip-installed vendor plugin.
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import stevedore  # noqa: TID251 - see the entry_points fixture
 
 from drakit.config import DrakitSettings
 from drakit.runtime import fast_tmp
 from drakit.sim import build_profile
-
-InstallEntryPoint = Callable[[str, str, str], str]
-"""``(group, entry point name, module source) -> module name``."""
 
 
 @pytest.fixture
@@ -65,25 +63,23 @@ def clean_drakit_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(var)
 
 
-@pytest.fixture
-def install_entry_point(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[InstallEntryPoint]:
-    """Install throwaway entry points for one test; see the module docstring.
+class EntryPoints:
+    """Throwaway distributions in one ``site`` directory on ``sys.path``; see ``install``."""
 
-    Each call writes a new module (named ``drakit_throwaway_<n>``) with ``source`` and a
-    distribution exposing ``<module>:<object>`` under ``group``. ``source`` must define the
-    object named ``Plugin``; the entry point targets it.
-    """
-    site = tmp_path / "site"
-    site.mkdir()
-    modules: list[str] = []
+    def __init__(self, site: Path) -> None:
+        self.site = site
+        self.modules: list[str] = []
 
-    def install(group: str, name: str, source: str) -> str:
-        module = f"drakit_throwaway_{len(modules)}_{tmp_path.name.replace('-', '_')}"
-        modules.append(module)
-        (site / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
-        info = site / f"{module}-1.0.dist-info"
+    def install(self, group: str, name: str, source: str) -> str:
+        """Install entry point ``name`` in ``group``, targeting ``Plugin`` in ``source``.
+
+        Writes a new module (``drakit_throwaway_<n>``) and a distribution for it; returns the
+        module name. ``source`` is dedented; it must define ``Plugin``.
+        """
+        module = f"drakit_throwaway_{len(self.modules)}_{self.site.parent.name.replace('-', '_')}"
+        self.modules.append(module)
+        (self.site / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
+        info = self.site / f"{module}-1.0.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(
             f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n",
@@ -94,7 +90,20 @@ def install_entry_point(
         )
         return module
 
+
+@pytest.fixture
+def entry_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EntryPoints]:
+    """Install throwaway entry points for one test (found through ``importlib.metadata``).
+
+    stevedore keeps each group's entry points for the life of the process; the test gets an
+    empty cache, and the previous one (without the throwaway plugins) is restored afterwards.
+    """
+    site = tmp_path / "site"
+    site.mkdir()
+    eps = EntryPoints(site)
     monkeypatch.syspath_prepend(str(site))
-    yield install
-    for module in modules:
+    # stevedore is only used by drakit.pluginhost; here we only reset its process-wide cache
+    monkeypatch.setattr(stevedore.ExtensionManager, "ENTRY_POINT_CACHE", {})
+    yield eps
+    for module in eps.modules:
         sys.modules.pop(module, None)

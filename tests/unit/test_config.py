@@ -163,9 +163,7 @@ def test_unknown_nested_key_lists_known_keys(
     assert "(known keys: interval, resend, taint_unhealthy)" in line
 
 
-def test_unknown_plugin_key_is_an_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_unknown_plugin_key_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = validate(write(tmp_path, "plugins:\n  cpu:\n    reserve: 0-1\n"), capsys)
     assert code == 2
     assert "plugins.cpu.reserve: unknown key" in err
