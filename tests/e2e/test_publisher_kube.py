@@ -5,10 +5,12 @@ Also the publisher's dropped-field detection against a server that really drops 
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,19 +99,23 @@ def test_claims_and_events(kube: KubeClient, namespace: str) -> None:
     assert event["type"] == "Warning"
 
 
-def test_unreachable_server_is_retryable_and_quick() -> None:
+def test_unreachable_server_is_retryable_quick_and_quiet(
+    control_plane: ControlPlane, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    from kubernetes import client as k8s_client
-
-    cfg = k8s_client.Configuration()
-    cfg.host = f"https://127.0.0.1:{port}"
-    client = KubeClient(k8s_client.ApiClient(cfg))
+    cfg = json.loads(control_plane.kubeconfig.read_text())
+    cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(cfg))
+    client = KubeClient.from_kubeconfig(path)
     began = time.monotonic()
     with pytest.raises(RetryableError, match="connection refused"):
         client.list_resource_slices("n1")
     assert time.monotonic() - began < 2
+    assert not [r for r in caplog.records if r.name.startswith("urllib3")], "urllib3 retried"
+    client.close()
 
 
 def test_watch_sees_changes_and_stops_promptly(

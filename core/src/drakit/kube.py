@@ -12,8 +12,8 @@ Errors are mapped onto drakit's taxonomy:
 * HTTP 404 -> :class:`NotFoundError`, 409 -> :class:`ConflictError`, other 4xx ->
   :class:`~drakit.errors.PermanentError`, each with the server's own message.
 
-urllib3 is allowed one quick reconnect (a pooled keep-alive connection may have gone stale) and
-no other retries: backing off is the caller's job (see :mod:`drakit.publisher`).
+urllib3 makes no retries of its own: backing off is the caller's job (see
+:mod:`drakit.publisher`).
 """
 
 from __future__ import annotations
@@ -111,8 +111,11 @@ class KubeClient:
 
     Thread-safe: the underlying urllib3 pool is shared; concurrent calls are fine.
 
+    Use :meth:`from_kubeconfig`; it also turns off urllib3's own retries (which would retry
+    three times, logging a warning each time, before the caller's backoff sees the failure).
+
     Args:
-        api_client: A configured ``kubernetes.client.ApiClient``.
+        api_client: A configured ``kubernetes.client.ApiClient``, used as it is.
         request_timeout: Seconds allowed for one (non-watch) request.
     """
 
@@ -158,11 +161,10 @@ class KubeClient:
             raise PermanentError(
                 f"cannot load Kubernetes client configuration ({where}): {exc}"
             ) from exc
-        # One quick reconnect for stale pooled connections; no status retries, no backoff:
-        # the caller backs off (and urllib3 does not log a warning per retry).
-        cfg.retries = urllib3.Retry(
-            total=1, connect=1, read=0, redirect=0, status=0, other=0, backoff_factor=0
-        )
+        # No urllib3 retries (and so no urllib3 retry warnings): a failed request surfaces at
+        # once as RetryableError and the caller backs off. Pooled connections that the server
+        # closed are detected before reuse.
+        cfg.retries = urllib3.Retry(total=0, redirect=0, raise_on_status=False)
         logger.debug("Kubernetes API %s (config from %s)", cfg.host, source)
         return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
 
