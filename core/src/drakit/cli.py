@@ -195,6 +195,42 @@ def config() -> None:
     """Work with drakit configuration files."""
 
 
+@cli.command()
+@click.option("--strategy", required=True, help="packed, distributed, numa-preferred, ...")
+@click.option("--class", "device_class", required=True, help="DeviceClass name.")
+@click.option("--count", type=int, required=True, help="How many devices.")
+@click.option("--name", default="devices", show_default=True, help="Request name.")
+@click.option(
+    "--align",
+    default="resource.kubernetes.io/numaNode",
+    show_default=True,
+    help="Fully qualified attribute to align on.",
+)
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+def shape(
+    strategy: str,
+    device_class: str,
+    count: int,
+    name: str,
+    align: str,
+    config_path: Path | None,
+) -> None:
+    """Print the ResourceClaim `spec.devices` a strategy makes of a simple request."""
+    from drakit.models import NodeInfo  # noqa: PLC0415
+    from drakit.pluginhost import PluginHost  # noqa: PLC0415
+    from drakit.strategy_models import SimpleRequest  # noqa: PLC0415
+
+    try:
+        request = SimpleRequest(
+            name=name, device_class=device_class, count=count, align_attribute=align
+        )
+    except ValidationError as e:
+        raise ConfigInvalid(validation_errors(e)) from e
+    settings = load_settings(config_path).model_copy(update={"plugins": {}})
+    host = PluginHost(settings, NodeInfo(name="shape", sysfs_root="/"))
+    click.echo(yaml.safe_dump({"devices": host.shape(strategy, request).to_api()}, sort_keys=False))
+
+
 @config.command("validate")
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 def config_validate(file: Path) -> None:
