@@ -34,7 +34,7 @@ from functools import partial
 from typing import Any
 
 from drakit.errors import DrakitError, PermanentError, RetryableError
-from drakit.kube import ConflictError, KubeClient
+from drakit.kube import ConflictError, KubeClient, NotFoundError
 from drakit.slices import PoolSpec, render_pool
 
 __all__ = [
@@ -363,6 +363,7 @@ class ResourceSlicePublisher:
         self._expected: set[str] = set()
         self._dropped: dict[str, str] = {}
         self._reported: set[str] = set()
+        self._deleted: set[str] = set()
         self._rng = random.Random()  # noqa: S311 - jitter, not cryptography
 
         self.writes = WriteCounts()
@@ -451,7 +452,13 @@ class ResourceSlicePublisher:
                 except DrakitError as exc:
                     failures += 1
                     delay = self._backoff(failures)
-                    level = logging.WARNING if isinstance(exc, RetryableError) else logging.ERROR
+                    level = (
+                        logging.INFO  # raced with another writer: the next round looks again
+                        if isinstance(exc, ConflictError | NotFoundError)
+                        else logging.WARNING
+                        if isinstance(exc, RetryableError)
+                        else logging.ERROR
+                    )
                     logger.log(
                         level, "publishing ResourceSlices failed (retry in %.1fs): %s", delay, exc
                     )
@@ -569,6 +576,7 @@ class ResourceSlicePublisher:
         }
 
         before = self.writes.copy()
+        self._deleted = set()  # this round's deletes: a slice is deleted once
         generations: dict[PoolKey, int] = {}
         undesired = sorted(by_pool.keys() - rendered.keys() - protected)
         jobs: list[tuple[PoolKey, Callable[[], None]]] = [
@@ -805,7 +813,7 @@ class ResourceSlicePublisher:
         _keep_time_added(body["spec"], current.get("spec", {}))
         try:
             got = self._kube.update_resource_slice(body)
-        except ConflictError:
+        except (ConflictError, NotFoundError):  # changed or deleted since the LIST
             self._notify("changed")
             raise
         self.writes.updates += 1
@@ -814,6 +822,8 @@ class ResourceSlicePublisher:
 
     def _delete(self, observed: Mapping[str, Any]) -> None:
         name = _name(observed)
+        if name in self._deleted:
+            return
         uid = observed.get("metadata", {}).get("uid")
         try:
             self._kube.delete_resource_slice(name, uid=uid)
@@ -822,6 +832,7 @@ class ResourceSlicePublisher:
             self._notify("changed")
             raise
         self.writes.deletes += 1
+        self._deleted.add(name)
         self._written.pop(name, None)
         logger.debug("deleted ResourceSlice %s", name)
 
