@@ -82,7 +82,7 @@ def test_plain_devices_split_at_128(count: int, expected: list[int]) -> None:
 ADVANCED: dict[str, Device] = {
     "taints": Device(name="x", taints=(DeviceTaint(key="example.com/unhealthy"),)),
     "consumesCounters": Device(
-        name="x", consumesCounters=(CounterConsumption(counterSet="mem", counters={"gib": "1"}),)
+        name="x", consumes_counters=(CounterConsumption(counter_set="mem", counters={"gib": "1"}),)
     ),
     "list attribute": Device(name="x", attributes={"links": DeviceAttribute(ints=(1, 2))}),
 }
@@ -117,8 +117,8 @@ def test_counter_sets_get_slices_of_their_own_at_most_8_each() -> None:
     devices = [
         Device(
             name=f"gpu-{i}-part",
-            consumesCounters=(
-                CounterConsumption(counterSet=f"gpu-{i}-counters", counters={"memory": "10Gi"}),
+            consumes_counters=(
+                CounterConsumption(counter_set=f"gpu-{i}-counters", counters={"memory": "10Gi"}),
             ),
         )
         for i in range(10)
@@ -181,10 +181,12 @@ def test_device_body_is_the_v1_shape() -> None:
             "memory": DeviceCapacity(value="141Gi"),
             "cores": DeviceCapacity(
                 value="132",
-                requestPolicy=RequestPolicy(default="1", validRange=ValidRange(min="1", step="1")),
+                request_policy=RequestPolicy(
+                    default="1", valid_range=ValidRange(min="1", step="1")
+                ),
             ),
         },
-        allowMultipleAllocations=True,
+        allow_multiple_allocations=True,
         taints=(DeviceTaint(key="example.com/ecc", value="high", effect="NoExecute"),),
     )
     [s] = render([dev])
@@ -302,19 +304,21 @@ def test_empty_list_attribute_is_rejected() -> None:
 
 
 def test_request_policy_needs_allow_multiple_allocations() -> None:
-    cap = DeviceCapacity(value="8", requestPolicy=RequestPolicy(default="1"))
+    cap = DeviceCapacity(value="8", request_policy=RequestPolicy(default="1"))
     rejects(
         [Device(name="cpu-0", capacity={"cpu": cap})],
         "cpu-0",
         "capacity cpu has a requestPolicy, which needs allowMultipleAllocations: true",
     )
-    render([Device(name="cpu-0", capacity={"cpu": cap}, allowMultipleAllocations=True)])
+    render([Device(name="cpu-0", capacity={"cpu": cap}, allow_multiple_allocations=True)])
 
 
 def test_consumes_counters_must_reference_a_published_counter_set() -> None:
     dev = Device(
         name="gpu-0-mig",
-        consumesCounters=(CounterConsumption(counterSet="gpu-9-counters", counters={"gib": "1"}),),
+        consumes_counters=(
+            CounterConsumption(counter_set="gpu-9-counters", counters={"gib": "1"}),
+        ),
     )
     rejects([dev], "gpu-0-mig", "references counter set 'gpu-9-counters'", counter_sets=MEM)
 
@@ -323,15 +327,15 @@ def test_consumes_counters_at_most_two_entries_each_set_once() -> None:
     sets = tuple(CounterSet(name=n, counters={"c": "9"}) for n in ("a", "b", "c"))
     three = Device(
         name="d",
-        consumesCounters=tuple(
-            CounterConsumption(counterSet=n, counters={"c": "1"}) for n in "abc"
+        consumes_counters=tuple(
+            CounterConsumption(counter_set=n, counters={"c": "1"}) for n in "abc"
         ),
     )
     rejects([three], "3 consumesCounters entries; at most 2", counter_sets=sets)
     twice = Device(
         name="d",
-        consumesCounters=tuple(
-            CounterConsumption(counterSet="a", counters={"c": "1"}) for _ in "ab"
+        consumes_counters=tuple(
+            CounterConsumption(counter_set="a", counters={"c": "1"}) for _ in "ab"
         ),
     )
     rejects([twice], "names counter set 'a' twice", counter_sets=sets)
