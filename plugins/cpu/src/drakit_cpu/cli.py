@@ -1,0 +1,211 @@
+"""``drakit cpu``: the CPU backend's commands, contributed to the ``drakit`` CLI.
+
+Registered under the ``drakit.cli`` entry point group (``cpu = "drakit_cpu.cli:cpu"``), which
+core's CLI loads lazily, so core never imports this plugin. The commands run the same code as a
+node: ``allocate`` the kubelet-parity algorithms that prepare uses, ``topology`` the discovery.
+
+Errors are one line on stderr (``drakit: error: ...``) and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import yaml
+
+from drakit.cpuset import CpuListError, format_cpulist, parse_cpulist
+from drakit.runtime import fast_tmp
+from drakit_cpu.allocator import AllocationError
+from drakit_cpu.discovery import read_cpu_facts
+from drakit_cpu.plugin import select_cpus
+from drakit_cpu.policy import POLICIES, Policy, PolicyOptions
+from drakit_cpu.topology import CpuTopology, TopologyError
+
+__all__ = ["cpu"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+USER_ERROR = 2
+_POLICIES: dict[str, Policy] = {p: p for p in POLICIES}
+_FLAGS = {
+    "prefer_uncore": "--prefer-uncore",
+    "group_size": "--group-size",
+    "full_pcpus_only": "--full-pcpus-only",
+}
+
+
+class CpuCliError(click.ClickException):
+    """A user error: one line, exit code 2 (the ``drakit`` CLI convention)."""
+
+    exit_code = USER_ERROR
+
+    def show(self, file: Any = None) -> None:
+        """Print ``drakit: error: <message>`` on stderr."""
+        click.echo(f"drakit: error: {self.message}", err=True)
+
+
+def _hardware(f: F) -> F:
+    f = click.option(
+        "--sysfs-root",
+        type=click.Path(path_type=Path, file_okay=False, exists=True),
+        help="Read the topology under this root (it holds sys/; '/' on a node).",
+    )(f)
+    return click.option("--profile", help="Simulated hardware profile (see `drakit profiles`).")(f)
+
+
+@contextmanager
+def _root(profile: str | None, sysfs_root: Path | None) -> Iterator[Path]:
+    if (profile is None) == (sysfs_root is None):
+        raise CpuCliError("give exactly one of --profile and --sysfs-root")
+    if sysfs_root is not None:
+        yield sysfs_root
+        return
+    from drakit.sim import get_profile, materialize  # noqa: PLC0415 - only loaded when asked
+
+    try:
+        get_profile(str(profile))
+    except ValueError as e:  # UnknownProfileError lists the known profiles
+        raise CpuCliError(str(e)) from None
+    tmp = fast_tmp()
+    with materialize(str(profile), tmp_dir=Path(tmp) if tmp else None) as root:
+        yield root
+
+
+def _topology(root: Path) -> CpuTopology:
+    try:
+        return CpuTopology.from_sysfs(root)
+    except TopologyError as e:
+        raise CpuCliError(f"cannot read the CPU topology under {root}: {e}") from None
+
+
+def _cpus(text: str, what: str) -> frozenset[int]:
+    try:
+        return parse_cpulist(text)
+    except CpuListError as e:
+        raise CpuCliError(f"{what}: {e}") from None
+
+
+@click.group("cpu")
+def cpu() -> None:
+    """CPU backend: topology and kubelet-parity CPU allocation."""
+
+
+@cpu.command()
+@_hardware
+@click.option(
+    "--available",
+    help="Free CPUs to choose from (CPU list; default: all online CPUs but --reserved).",
+)
+@click.option("--count", "-n", type=click.IntRange(min=1), required=True, help="CPUs to take.")
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default="packed",
+    show_default=True,
+    help="packed (kubelet default), distributed (distribute-cpus-across-numa), "
+    "spread (distribute-cpus-across-cores).",
+)
+@click.option("--prefer-uncore", is_flag=True, help="packed: align to uncore (L3) caches first.")
+@click.option(
+    "--group-size",
+    type=click.IntRange(min=1, max=64),
+    help="distributed: CPUs handed out together (default: SMT level with --full-pcpus-only).",
+)
+@click.option("--full-pcpus-only", is_flag=True, help="Whole physical cores only (SMT alignment).")
+@click.option("--reserved", default="", help="Reserved CPUs (CPU list), as kubelet sees them.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def allocate(
+    profile: str | None,
+    sysfs_root: Path | None,
+    available: str | None,
+    count: int,
+    policy: str,
+    prefer_uncore: bool,
+    group_size: int | None,
+    full_pcpus_only: bool,
+    reserved: str,
+    output: str,
+) -> None:
+    """Print the CPUs kubelet's cpumanager would pick, in CPU list syntax."""
+    options = PolicyOptions(
+        policy=_POLICIES[policy],
+        prefer_uncore=prefer_uncore,
+        group_size=group_size,
+        full_pcpus_only=full_pcpus_only,
+    )
+    for key, message in options.conflicts():
+        raise CpuCliError(f"{_FLAGS[key]}: {message}")
+    reserved_cpus = _cpus(reserved, "--reserved")
+    with _root(profile, sysfs_root) as root:
+        topo = _topology(root)
+    free = topo.cpu_ids - reserved_cpus if available is None else _cpus(available, "--available")
+    unknown = free - topo.cpu_ids
+    if unknown:
+        raise CpuCliError(
+            f"--available: CPUs {format_cpulist(unknown)} are not online in this topology "
+            f"(online: {format_cpulist(topo.cpu_ids)})"
+        )
+    try:
+        chosen = select_cpus(topo, free, count, options, reserved=reserved_cpus)
+    except AllocationError as e:
+        raise CpuCliError(str(e)) from None
+    if output == "text":
+        click.echo(format_cpulist(chosen))
+        return
+    per_numa: dict[str, int] = {}
+    for c in sorted(chosen):
+        key = str(topo.info(c).numa_node)
+        per_numa[key] = per_numa.get(key, 0) + 1
+    click.echo(
+        json.dumps(
+            {
+                "cpus": format_cpulist(chosen),
+                "count": len(chosen),
+                "policy": policy,
+                "numaNodes": per_numa,
+            },
+            indent=2,
+        )
+    )
+
+
+@cpu.command()
+@_hardware
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml")
+def topology(profile: str | None, sysfs_root: Path | None, output: str) -> None:
+    """Show the CPU topology discovery reads: sockets, NUMA nodes and distances, L3, SMT."""
+    with _root(profile, sysfs_root) as root:
+        topo = _topology(root)
+        try:
+            facts = read_cpu_facts(root, topo)
+        except TopologyError as e:
+            raise CpuCliError(f"cannot read CPU facts under {root}: {e}") from None
+    l3: dict[int, set[int]] = {}
+    for c, cache in facts.l3_of.items():
+        l3.setdefault(cache, set()).add(c)
+    data: dict[str, Any] = {
+        "model": facts.model,
+        "vendor": facts.vendor,
+        "cpus": len(topo.cpu_ids),
+        "cores": topo.num_cores,
+        "smt": facts.smt,
+        "threadsPerCore": facts.threads_per_core,
+        "isolated": format_cpulist(facts.isolated),
+        "sockets": {s: format_cpulist(topo.cpus_in_socket(s)) for s in sorted(topo.sockets())},
+        "numaNodes": {
+            n: {
+                "cpus": format_cpulist(topo.cpus_in_numa_node(n)),
+                "distances": list(dict(topo.numa_distances).get(n, ())),
+            }
+            for n in sorted(topo.numa_nodes())
+        },
+        "l3": {u: format_cpulist(l3[u]) for u in sorted(l3)},
+    }
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
