@@ -391,6 +391,10 @@ class ResourceSlicePublisher:
         state = self._pools.get((driver, pool))
         return state.generation if state else None
 
+    def trigger(self) -> None:
+        """Ask the running loop for a round now (e.g. device health changed the taints)."""
+        self._notify("changed")
+
     def sync_once(self, *, rediscover: bool = True) -> SyncResult:
         """Reconcile once: (re-)discover, list this node's slices, write the differences.
 
