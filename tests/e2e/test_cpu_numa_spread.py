@@ -1,0 +1,225 @@
+"""numa-spread with the real kube-scheduler: one claim, the widest even split each node has.
+
+For fake nodes publishing drakit's grouped CPU slices of a 1-, 2- and 4-NUMA machine
+(``minimal-1s``, ``epyc-genoa-2s``, ``spr-2s-snc2``) and an 8-NUMA one (``epyc-genoa-2s-nps4``),
+the same ``numa-spread`` claim for 8 CPUs must be allocated as 1 x 8, 2 x 4, 4 x 2 and 8 x 1
+CPUs, each share on a different NUMA node;
+then drakit's prepare pipeline turns the scheduler's allocation into CPUs and every NUMA node
+gets ``8 / k`` of them. Needs DRAPrioritizedList and DRAConsumableCapacity (on by
+default in the control plane's 1.37 build).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.controlplane import ControlPlane, wait_for
+
+from drakit.config import DrakitSettings
+from drakit.cpuset import parse_cpulist
+from drakit.demo import InMemoryClaims
+from drakit.inventory import build_inventory
+from drakit.models import ClaimRef
+from drakit.runtime import fast_tmp, open_host
+from drakit.state import DriverState
+from drakit.strategy_models import SimpleRequest
+from drakit_cpu.plugin import CpuPlugin
+from drakit_cpu.strategies import NumaSpread
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+DRIVER = "cpu.drakit.io"
+RESOURCE = "/apis/resource.k8s.io/v1"
+CPUS = 8
+
+
+@pytest.fixture
+def cpu_class(control_plane: ControlPlane) -> Iterator[str]:
+    name = f"e2e-cpu-{uuid.uuid4().hex[:6]}"
+    control_plane.api(
+        "POST",
+        f"{RESOURCE}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        },
+    )
+    try:
+        yield name
+    finally:
+        control_plane.api("DELETE", f"{RESOURCE}/deviceclasses/{name}")
+
+
+@pytest.mark.parametrize(
+    ("profile", "numa_nodes"),
+    [("minimal-1s", 1), ("epyc-genoa-2s", 2), ("spr-2s-snc2", 4), ("epyc-genoa-2s-nps4", 8)],
+)
+def test_numa_spread_takes_the_widest_split(
+    control_plane: ControlPlane,
+    namespace: str,
+    fake_node: Callable[..., dict[str, Any]],
+    cpu_class: str,
+    profile: str,
+    numa_nodes: int,
+) -> None:
+    node = fake_node()["metadata"]["name"]
+    with tempfile.TemporaryDirectory(prefix="drakit-e2e-cpu-", dir=fast_tmp()) as tmp:
+        settings = DrakitSettings(
+            profile=profile,
+            node_name=node,
+            state_dir=Path(tmp) / "state",
+            cdi_dir=Path(tmp) / "cdi",
+            plugins={"cpu": {}},
+        )
+        with open_host(settings) as host:
+            for obj in build_inventory(host).slices():
+                control_plane.api("POST", f"{RESOURCE}/resourceslices", obj)
+
+            shaped = NumaSpread().shape(
+                SimpleRequest(name="cpus", device_class=cpu_class, count=CPUS)
+            )
+            control_plane.api(
+                "POST",
+                f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": "spread"},
+                    "spec": {"devices": shaped.to_api()},
+                },
+            )
+            control_plane.api(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/pods",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "p"},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": node},
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "registry.invalid/noop",
+                                "resources": {"claims": [{"name": "cpus"}]},
+                            }
+                        ],
+                        "resourceClaims": [{"name": "cpus", "resourceClaimName": "spread"}],
+                    },
+                },
+            )
+
+            def allocated() -> dict[str, Any] | None:
+                claim = control_plane.api(
+                    "GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/spread"
+                )
+                return claim if (claim.get("status") or {}).get("allocation") else None
+
+            claim = wait_for(allocated, timeout=60, what=f"claim on {profile} to be allocated")
+            results = claim["status"]["allocation"]["devices"]["results"]
+            assert {r["request"] for r in results} == {f"cpus/split-{numa_nodes}"}
+            assert len(results) == numa_nodes
+            assert len({r["device"] for r in results}) == numa_nodes
+            assert {r["consumedCapacity"]["cpu"] for r in results} == {str(CPUS // numa_nodes)}
+
+            # drakit prepares what the scheduler allocated: CPUS / k CPUs on each NUMA node
+            claims = InMemoryClaims()
+            claims.add(claim)
+            state = DriverState(
+                DRIVER,
+                host,
+                claims,
+                state_dir=Path(tmp) / "state",
+                cdi_dir=Path(tmp) / "cdi",
+                boot_id="e2e",
+            )
+            try:
+                meta = claim["metadata"]
+                ref = ClaimRef(namespace=namespace, name=meta["name"], uid=meta["uid"])
+                assert not state.prepare([ref])[ref.uid].error
+                prepared = state.prepared_claims()[ref.uid].prepared["cpu"]
+            finally:
+                state.close()
+            plugin = host.backends["cpu"]
+            assert isinstance(plugin, CpuPlugin)
+            topo = plugin.topology
+            assert topo is not None
+            per_numa: dict[int, int] = {}
+            for p in prepared:
+                for cpu in parse_cpulist(p.state["cpus"]):
+                    n = topo.info(cpu).numa_node
+                    per_numa[n] = per_numa.get(n, 0) + 1
+            assert sorted(per_numa.values()) == [CPUS // numa_nodes] * numa_nodes
+
+
+def test_full_pcpus_only_capacity_rounds_requests_to_whole_cores(
+    control_plane: ControlPlane,
+    namespace: str,
+    fake_node: Callable[..., dict[str, Any]],
+    cpu_class: str,
+) -> None:
+    """With ``full_pcpus_only`` the capacity steps by the SMT level: 3 CPUs are rounded to 4."""
+    node = fake_node()["metadata"]["name"]
+    settings = DrakitSettings(
+        profile="minimal-1s", node_name=node, plugins={"cpu": {"full_pcpus_only": True}}
+    )
+    with open_host(settings) as host:
+        for obj in build_inventory(host).slices():
+            control_plane.api("POST", f"{RESOURCE}/resourceslices", obj)
+    control_plane.api(
+        "POST",
+        f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "three"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "cpus",
+                            "exactly": {
+                                "deviceClassName": cpu_class,
+                                "capacity": {"requests": {"cpu": "3"}},
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    )
+    control_plane.api(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.invalid/noop",
+                        "resources": {"claims": [{"name": "cpus"}]},
+                    }
+                ],
+                "resourceClaims": [{"name": "cpus", "resourceClaimName": "three"}],
+            },
+        },
+    )
+
+    def allocated() -> dict[str, Any] | None:
+        claim = control_plane.api("GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/three")
+        return claim if (claim.get("status") or {}).get("allocation") else None
+
+    claim = wait_for(allocated, timeout=60, what="claim 'three' to be allocated")
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"cpu": "4"}
