@@ -291,6 +291,17 @@ def test_full_pcpus_only_error_wording(genoa: CpuNode) -> None:
     assert all(genoa.topology.siblings(c) <= cpus for c in cpus)
 
 
+def test_group_size_must_keep_whole_cores(genoa: CpuNode) -> None:
+    ref = genoa.add(
+        "g3",
+        [("cpus", "cpu-numa-0", 6)],
+        [config(policy="distributed", groupSize=3, fullPCPUsOnly=True)],
+    )
+    assert "CpuConfig groupSize: 3 is not a multiple of the 2 CPUs per core" in (
+        genoa.prepare(ref)[ref.uid].error
+    )
+
+
 def test_node_full_pcpus_only_rejects_spread_claims() -> None:
     with cpu_node("minimal-1s", full_pcpus_only=True, reserved="0") as node:
         ref = node.add("s", [("cpus", "cpu-numa-0", 2)], [config(policy="spread")])
