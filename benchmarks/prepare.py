@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.claims import ClaimStore
-from benchmarks.common import Baseline, Report, median, p99
+from benchmarks.common import Baseline, Report, median, p99, repeat_timed
 
 from drakit.config import DrakitSettings
 from drakit.kubelet.client import KubeletClient
@@ -44,6 +44,7 @@ __all__ = [
     "NODE",
     "PROFILE",
     "NodeHarness",
+    "run_claim_get",
     "run_latency",
     "run_throughput",
     "running_node",
@@ -158,6 +159,22 @@ def run_latency(
                     samples=len(samples),
                     baseline_p99_ms=base_p99,
                 )
+
+
+def run_claim_get(report: Report, store: ClaimStore, claims: ClaimSource, samples: int) -> None:
+    """The claim GET on its own (what separates the two claim sources), p50 and p99."""
+    ref = store.add(f"get-{uuid.uuid4().hex[:6]}", gpu_results(1))
+    times = repeat_timed(lambda: claims.get_resource_claim(ref.namespace, ref.name), samples, 3)
+    key = f"grpc_empty_prepare_{store.source}"
+    for stat, value in (("p50", median(times)), ("p99", p99(times))):
+        report.add(
+            "prepare",
+            f"claim GET alone {stat} (the pipeline's ClaimSource), claims from {store.source}",
+            value * 1e3,
+            "ms",
+            key if key in report.baselines else None,
+            samples=len(times),
+        )
 
 
 def _hammer(

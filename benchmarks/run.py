@@ -41,7 +41,7 @@ if str(REPO) not in sys.path:
 from benchmarks.claims import MemoryClaims
 from benchmarks.common import Report, loadavg
 from benchmarks.cpu import run_cpu
-from benchmarks.prepare import run_latency, run_throughput, running_node
+from benchmarks.prepare import run_claim_get, run_latency, run_throughput, running_node
 from benchmarks.publish import run_publish
 from benchmarks.rss import run_rss
 
@@ -68,7 +68,7 @@ class Sizes:
     discovery_repeats: int
 
 
-FULL = Sizes(300, 20, 10.0, 3, 60.0, 50, 10.0, 50, 7)
+FULL = Sizes(500, 20, 10.0, 3, 60.0, 50, 10.0, 50, 7)
 QUICK = Sizes(40, 5, 3.0, 1, 10.0, 20, 3.0, 10, 3)
 
 
@@ -169,6 +169,8 @@ def _prepare_benches(
         if "prepare" in only:
             _section(report, f"prepare ({store.source})")
             run_latency(report, store, harness, sizes.latency_iterations, sizes.latency_warmup)
+            if store.source != "memory":
+                run_claim_get(report, store, claims, sizes.latency_iterations)
         if "throughput" in only:
             _section(report, f"throughput ({store.source})")
             run_throughput(report, store, harness, sizes.throughput_seconds)
