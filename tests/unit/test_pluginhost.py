@@ -309,7 +309,7 @@ def test_third_party_strategy_reorders_publishing() -> None:
     assert [d["name"] for d in slice_["spec"]["devices"]] == ["fpga-2", "fpga-1", "fpga-0"]
 
 
-def test_third_party_plugin_next_to_the_shipped_ones_on_a_profile(shm_dir: Path) -> None:
+def test_third_party_plugin_next_to_the_shipped_ones_on_a_profile() -> None:
     settings = DrakitSettings(
         profile="minimal-1s",
         plugins={"cpu": {}, "example_fpga": {"count": 2}},
@@ -536,20 +536,38 @@ def test_parse_config_errors_name_the_field() -> None:
     assert [p for p, _ in exc.value.errors] == ["policy"]
 
 
-def test_health_is_collected_per_backend(entry_points: EntryPoints) -> None:
-    entry_points.install(
-        "drakit.plugins",
-        "watched",
-        backend_source("return None")
-        + """
+# A backend with only a health hook (quoted in docs/hooks.md).
+FAN_WATCH = """
+from datetime import datetime, timezone
+from typing import ClassVar
+
+from drakit import PluginContext, PluginSettings, hookimpl
+from drakit.models import DeviceHealth, NodeInfo
+
+
+class Plugin:
+    settings_model: ClassVar[type[PluginSettings]] = PluginSettings
+    default_driver: ClassVar[str] = "fpga.example.com"
+
+    def __init__(self, context: PluginContext) -> None:
+        self.context = context
+
     @hookimpl
-    def drakit_device_health(self, node):
-        from datetime import datetime, timezone
-        from drakit.models import DeviceHealth
-        return [DeviceHealth(pool=node.name, device="fpga-0", health="Unhealthy",
-                             message="fan stalled", last_updated=datetime.now(timezone.utc))]
-""",
-    )
+    def drakit_device_health(self, node: NodeInfo) -> list[DeviceHealth]:
+        return [
+            DeviceHealth(
+                pool=node.name,
+                device="fpga-0",
+                health="Unhealthy",
+                message="fan stalled",
+                last_updated=datetime.now(timezone.utc),
+            )
+        ]
+"""
+
+
+def test_health_is_collected_per_backend(entry_points: EntryPoints) -> None:
+    entry_points.install("drakit.plugins", "watched", FAN_WATCH)
     health = make_host({"example_fpga": {}, "watched": {}}).health()
     assert list(health) == ["watched"]
     [report] = health["watched"]

@@ -478,12 +478,14 @@ EXPECTED_PROFILES: dict[str, dict[str, tuple[int, int]]] = {
 }
 
 
-def test_expected_table_covers_every_profile() -> None:
-    assert sorted(EXPECTED_PROFILES) == list_profiles()
+def test_expected_table_names_real_profiles() -> None:
+    assert set(EXPECTED_PROFILES) <= set(list_profiles())
 
 
 @pytest.mark.parametrize("profile", list_profiles())
 def test_every_profile_renders_with_the_default_backends(profile: str) -> None:
     summary = _profile_summary(profile)
-    assert summary["cpu.drakit.io"][1] == profile_info(profile).numa_nodes
-    assert summary == EXPECTED_PROFILES.get(profile), summary
+    assert summary["cpu.drakit.io"][1] == profile_info(profile).numa_nodes > 0
+    expected = EXPECTED_PROFILES.get(profile)  # a profile registered at run time has no row
+    if expected is not None:
+        assert summary == expected
