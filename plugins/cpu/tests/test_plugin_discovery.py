@@ -227,6 +227,15 @@ def test_node_settings_are_validated(
     assert needle in message
 
 
+def test_group_size_must_keep_whole_cores_on_this_node(host: HostFactory) -> None:
+    h = host("minimal-1s", policy="distributed", group_size=3, full_pcpus_only=True)
+    with pytest.raises(ConfigInvalid) as info:
+        h.discover()
+    [(where, message)] = info.value.errors
+    assert where == "plugins.cpu.group_size"
+    assert "not a multiple of this node's 2 CPUs per core" in message
+
+
 def test_valid_node_settings(host: HostFactory) -> None:
     h = host("minimal-1s", policy="distributed", group_size=2, full_pcpus_only=True)
     assert discover(h)["cpu-numa-0"].capacity["cpu"].value == "8"

@@ -265,6 +265,17 @@ class CpuPlugin:
         root = Path(node.sysfs_root)
         topo = CpuTopology.from_sysfs(root)
         facts = read_cpu_facts(root, topo)
+        size, per = self.settings.group_size, facts.threads_per_core
+        if self.settings.full_pcpus_only and size and per > 1 and size % per:
+            raise ConfigInvalid(
+                [
+                    (
+                        "plugins.cpu.group_size",
+                        f"{size} is not a multiple of this node's {per} CPUs per core, and "
+                        "full_pcpus_only hands out whole cores only",
+                    )
+                ]
+            )
         regular, isolated = self.allocatable(topo, facts)
         grouped = self.settings.mode == "grouped"
         groups: dict[str, frozenset[int]] = {}
