@@ -22,6 +22,7 @@ __all__ = [
     "Report",
     "calibration_workload",
     "free_port",
+    "interleaved",
     "loadavg",
     "median",
     "p99",
@@ -162,24 +163,47 @@ def calibration_workload() -> int:
     """A fixed pure-Python workload: the unit in which CPU-bound figures are expressed.
 
     It does the kind of work the CPU allocator and discovery do (small-int dict and set
-    operations, sorting, string formatting and parsing), always the same amount of it, with no
-    I/O and no allocation of large objects. It takes a few tens of milliseconds.
+    operations, sorting, string formatting and parsing), always the same amount, with no I/O.
+    It is short (about a millisecond on an idle core) so that, like the operations it is compared
+    with, a run is rarely preempted; :func:`interleaved` times it next to each measured call.
 
     Returns:
         A checksum (so the work cannot be optimised away).
     """
     groups: dict[int, set[int]] = {}
-    for i in range(20_000):
-        groups.setdefault(i % 97, set()).add(i)
+    for i in range(1_500):
+        groups.setdefault(i % 31, set()).add(i)
     total = 0
     frozen = [frozenset(v) for v in groups.values()]
-    for a in frozen[:40]:
-        for b in frozen[40:80]:
+    for a in frozen[:10]:
+        for b in frozen[10:20]:
             total += len(a | b) - len(a & b)
-    order = sorted(range(20_000), key=lambda x: (x * 7919) % 20_011)
-    text = ",".join(str(x) for x in order[:5_000])
+    order = sorted(range(1_500), key=lambda x: (x * 7919) % 1_511)
+    text = ",".join(str(x) for x in order[:500])
     total += sum(int(x) for x in text.split(","))
     return total
+
+
+def interleaved(
+    fn: Callable[[], object], repeats: int, calibration: list[float], warmup: int = 1
+) -> list[float]:
+    """Like :func:`repeat_timed`, but time :func:`calibration_workload` before each call.
+
+    The calibration samples are appended to ``calibration``, so the baseline is measured under
+    the same load, at the same moments, as the figure it divides.
+    """
+    for _ in range(warmup):
+        fn()
+        calibration_workload()
+    out: list[float] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        calibration_workload()
+        mid = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - mid)
+        calibration.append(mid - start)
+    return out
 
 
 def free_port() -> int:

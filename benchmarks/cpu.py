@@ -14,10 +14,12 @@ Discovery: a custom :class:`drakit.sim.MachineSpec` (the Genoa CPU with 128 core
 2 x 128 x SMT2 = 512 CPUs, 32 L3 groups) is written once with :class:`drakit.sim.SysfsBuilder`
 into /dev/shm; then only discovery is timed: :meth:`CpuTopology.from_sysfs`, and the CPU
 plugin's discovery through :meth:`drakit.pluginhost.PluginHost.discover` (grouped devices, and
-one device per CPU).
+one device per CPU). For scale, reading every file of the CPU and NUMA trees once (about 20,000
+files, more than discovery opens) is timed too.
 
-Baseline ``calibration``: :func:`benchmarks.common.calibration_workload`, a fixed pure-Python
-workload, timed before and after this section (median of all samples).
+Baseline ``calibration``: :func:`benchmarks.common.calibration_workload`, a fixed, short
+pure-Python workload, timed right before every timed call of this section
+(:func:`benchmarks.common.interleaved`); the median of all those samples.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.common import Baseline, Report, calibration_workload, median, repeat_timed
+from benchmarks.common import Baseline, Report, interleaved, median, repeat_timed
 
 from drakit.config import DrakitSettings
 from drakit.models import NodeInfo
@@ -70,12 +72,8 @@ def fragmented_free(topo: CpuTopology, seed: int = 7) -> frozenset[int]:
     return frozenset(free)
 
 
-def _calibrate(samples: list[float], repeats: int) -> None:
-    samples.extend(repeat_timed(calibration_workload, repeats, warmup=1))
-
-
 def _read_tree(root: Path) -> int:
-    """Read every regular file under the CPU and NUMA parts of the tree; return the count."""
+    """Read every regular file of the CPU and NUMA parts of the tree; return how many."""
     count = 0
     for sub in ("sys/devices/system/cpu", "sys/devices/system/node"):
         for dirpath, _dirs, files in os.walk(root / sub):
@@ -102,7 +100,6 @@ def machine_512() -> MachineSpec:
 def run_cpu(report: Report, repeats: int, discovery_repeats: int) -> None:
     """Figure 5: allocation medians per policy and size; discovery of a 512-CPU node."""
     calib: list[float] = []
-    _calibrate(calib, repeats=max(5, repeats // 4))
     with tempfile.TemporaryDirectory(prefix="drakit-bench-cpu-", dir=fast_tmp()) as tmp:
         genoa_root = build_profile("epyc-genoa-2s", Path(tmp) / "genoa")
         topo = CpuTopology.from_sysfs(genoa_root)
@@ -114,7 +111,7 @@ def run_cpu(report: Report, repeats: int, discovery_repeats: int) -> None:
                 got = take(topo, free, n)
                 if len(got) != n or not got <= free:
                     raise RuntimeError(f"{policy} {n}: got {len(got)} CPUs, not a subset of free")
-                times = repeat_timed(functools.partial(take, topo, free, n), repeats, 1)
+                times = interleaved(functools.partial(take, topo, free, n), repeats, calib)
                 alloc[(policy, n)] = median(times)
 
         spec = machine_512()
@@ -123,24 +120,27 @@ def run_cpu(report: Report, repeats: int, discovery_repeats: int) -> None:
         topo512 = CpuTopology.from_sysfs(root512)
         if topo512.num_cpus != 512:
             raise RuntimeError(f"expected 512 CPUs, discovered {topo512.num_cpus}")
-        from_sysfs = repeat_timed(lambda: CpuTopology.from_sysfs(root512), discovery_repeats)
+        from_sysfs = interleaved(
+            functools.partial(CpuTopology.from_sysfs, root512), discovery_repeats, calib
+        )
         files = _read_tree(root512)
-        raw_read = repeat_timed(lambda: _read_tree(root512), discovery_repeats)
+        raw_read = interleaved(functools.partial(_read_tree, root512), discovery_repeats, calib)
         node = NodeInfo(name="bench-512", sysfs_root=str(root512))
         hosts = {
             mode: PluginHost(DrakitSettings(plugins={"cpu": {"mode": mode}}), node)
             for mode in ("grouped", "individual")
         }
         devices = {mode: len(h.discover().devices) for mode, h in hosts.items()}
-        plugin = {mode: repeat_timed(h.discover, discovery_repeats) for mode, h in hosts.items()}
-    _calibrate(calib, repeats=max(5, repeats // 4))
+        plugin = {
+            mode: interleaved(h.discover, discovery_repeats, calib) for mode, h in hosts.items()
+        }
     report.baseline(
         Baseline(
             "calibration",
             median(calib) * 1e3,
             "ms",
             "median of benchmarks.common.calibration_workload() (fixed pure-Python set/dict/"
-            "sort/str work), timed before and after the CPU section",
+            "sort/str work), timed right before every timed call of the CPU section",
             samples=len(calib),
         )
     )
@@ -176,7 +176,7 @@ def run_cpu(report: Report, repeats: int, discovery_repeats: int) -> None:
         )
     report.add(
         "cpu",
-        f"floor: read all {files} files of the 512-CPU cpu/ and node/ trees",
+        f"reference: read every one of the {files} files of the 512-CPU cpu/ and node/ trees",
         median(raw_read) * 1e3,
         "ms",
         "calibration",

@@ -121,6 +121,7 @@ def run_publish(
             "ms",
             "list_empty",
             rounds=rounds,
+            all_ms=[round(x * 1e3, 1) for x in again],
         )
         if pub is None:
             return

@@ -40,6 +40,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks.claims import MemoryClaims
 from benchmarks.common import Report, loadavg
+from benchmarks.compare import fmt
 from benchmarks.cpu import run_cpu
 from benchmarks.prepare import run_claim_get, run_latency, run_throughput, running_node
 from benchmarks.publish import run_publish
@@ -69,7 +70,7 @@ class Sizes:
 
 
 FULL = Sizes(500, 20, 10.0, 3, 60.0, 50, 10.0, 50, 7)
-QUICK = Sizes(40, 5, 3.0, 1, 10.0, 20, 3.0, 10, 3)
+QUICK = Sizes(40, 5, 3.0, 1, 10.0, 20, 3.0, 20, 3)
 
 
 def _git(*args: str) -> str:
@@ -83,7 +84,7 @@ def _git(*args: str) -> str:
 
 
 def _top_processes(n: int = 6) -> list[str]:
-    """The busiest processes right now (``ps``), to document machine load."""
+    """The processes with the most CPU (``ps`` pcpu: CPU time over lifetime), to document load."""
     try:
         out = subprocess.run(
             ["ps", "-eo", "pcpu,rss,comm", "--sort=-pcpu"],
@@ -120,21 +121,6 @@ def _meta(args: argparse.Namespace, argv: list[str]) -> dict[str, object]:
     }
 
 
-def _fmt(v: float) -> str:
-    if v == 0:
-        return "0"
-    a = abs(v)
-    if a >= 100:
-        return f"{v:.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    if a >= 1:
-        return f"{v:.2f}"
-    if a >= 0.01:
-        return f"{v:.3f}"
-    return f"{v:.3g}"
-
-
 def table(report: Report) -> str:
     """The figures and baselines as Markdown tables."""
     lines = [
@@ -142,13 +128,13 @@ def table(report: Report) -> str:
         "|---|---|---:|---|---:|",
     ]
     for f in report.figures:
-        ratio = _fmt(f.ratio) if f.ratio is not None else "-"
+        ratio = fmt(f.ratio) if f.ratio is not None else "-"
         lines.append(
-            f"| {f.bench} | {f.name} | {_fmt(f.value)} {f.unit} | {f.baseline or '-'} | {ratio} |"
+            f"| {f.bench} | {f.name} | {fmt(f.value)} {f.unit} | {f.baseline or '-'} | {ratio} |"
         )
     lines += ["", "| baseline | value | what |", "|---|---:|---|"]
     for b in report.baselines.values():
-        lines.append(f"| {b.key} | {_fmt(b.value)} {b.unit} | {b.what} (n={b.samples}) |")
+        lines.append(f"| {b.key} | {fmt(b.value)} {b.unit} | {b.what} (n={b.samples}) |")
     if report.skipped:
         lines += ["", *[f"skipped: {s}" for s in report.skipped]]
     return "\n".join(lines)
