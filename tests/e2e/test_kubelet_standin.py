@@ -1,0 +1,226 @@
+"""drakit's kubelet-facing gRPC server driven by the kubelet's own code.
+
+The stand-in (hack/control-plane/kubelet-standin) links the kubelet's plugin
+watcher and DRA manager; its raw subcommands fail on protobuf fields the
+published k8s.io/kubelet clients do not know.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.controlplane import KubeletStandIn, wait_for
+
+from drakit.kubelet.server import KubeletPluginServer
+from drakit.models import ClaimPrepareResult, ClaimRef, ClaimUnprepareResult, PreparedDeviceRef
+
+pytestmark = pytest.mark.e2e
+
+DRIVER = "standin.e2e.drakit.dev"
+
+
+@pytest.fixture
+def kubelet_dir() -> Iterator[Path]:
+    """A short kubelet root (Unix socket paths must stay below 108 bytes)."""
+    root = Path(tempfile.mkdtemp(prefix="dk-", dir="/tmp"))
+    (root / "plugins_registry").mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class AllocationHandler:
+    """Prepares each claim by reporting its allocated devices with one CDI ID per device."""
+
+    def __init__(self, kube_dynamic: Any) -> None:
+        self._claims = kube_dynamic.resources.get(
+            api_version="resource.k8s.io/v1", kind="ResourceClaim"
+        )
+        self.prepared: list[ClaimRef] = []
+        self.unprepared: list[ClaimRef] = []
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimPrepareResult]:
+        results: dict[str, ClaimPrepareResult] = {}
+        for ref in claims:
+            self.prepared.append(ref)
+            claim = self._claims.get(namespace=ref.namespace, name=ref.name).to_dict()
+            devices = [
+                PreparedDeviceRef(
+                    requests=[r["request"]],
+                    pool=r["pool"],
+                    device=r["device"],
+                    cdi_device_ids=[f"{DRIVER}/gpu={r['device']}"],
+                )
+                for r in claim["status"]["allocation"]["devices"]["results"]
+                if r["driver"] == DRIVER
+            ]
+            results[ref.uid] = ClaimPrepareResult(devices=devices)
+        return results
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimUnprepareResult]:
+        self.unprepared.extend(claims)
+        return {ref.uid: ClaimUnprepareResult() for ref in claims}
+
+
+class NullHandler:
+    """A handler for tests that never prepare anything."""
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimPrepareResult]:
+        return {ref.uid: ClaimPrepareResult(error="not expected") for ref in claims}
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimUnprepareResult]:
+        return {ref.uid: ClaimUnprepareResult() for ref in claims}
+
+
+def test_usage_error_is_one_json_document(kubelet_standin: KubeletStandIn) -> None:
+    result = kubelet_standin.run("no-such-subcommand")
+    assert result.exit_code == 2
+    assert "unknown subcommand" in result.doc["error"]
+
+
+def test_raw_getinfo_against_drakit_registration_server(
+    kubelet_standin: KubeletStandIn, kubelet_dir: Path
+) -> None:
+    with KubeletPluginServer(DRIVER, NullHandler(), kubelet_dir=kubelet_dir) as server:
+        result = kubelet_standin.run("raw-getinfo", f"--socket={server.registration_socket}")
+    assert result.exit_code == 0, result.doc
+    assert result.doc["unknown_fields"] == []
+    info = result.doc["info"]
+    assert info["type"] == "DRAPlugin"
+    assert info["name"] == DRIVER
+    assert info["endpoint"] == str(server.dra_socket)
+    assert info["supported_versions"] == list(server.supported_versions)
+    assert result.doc["chosen_service"] == "v1.DRAPlugin"
+    assert result.doc["validation_error"] == ""
+    assert result.doc["elapsed_ms"] < 1000
+
+
+def test_kubelet_plugin_watcher_registers_drakit_server(
+    kubelet_standin: KubeletStandIn, kubelet_dir: Path, tmp_path: Path
+) -> None:
+    with KubeletPluginServer(DRIVER, NullHandler(), kubelet_dir=kubelet_dir) as server:
+        result = kubelet_standin.run(
+            "register",
+            f"--registry-dir={kubelet_dir / 'plugins_registry'}",
+            f"--state-dir={tmp_path / 'state'}",
+            f"--driver={DRIVER}",
+            "--timeout=30s",
+        )
+        assert result.exit_code == 0, (result.doc, result.stderr[-2000:])
+        assert result.doc["registered"] is True
+        assert server.wait_registered(timeout=5)
+    register_events = [e for e in result.doc["events"] if e["op"] == "register"]
+    assert register_events[0]["endpoint"] == str(server.dra_socket)
+
+
+@pytest.mark.slow
+def test_kubelet_prepares_scheduled_pod_through_drakit(
+    kubelet_standin: KubeletStandIn,
+    kubelet_dir: Path,
+    tmp_path: Path,
+    kube_dynamic: Any,
+    namespace: str,
+    fake_node: Callable[..., dict[str, Any]],
+) -> None:
+    pods = kube_dynamic.resources.get(api_version="v1", kind="Pod")
+    node = fake_node()["metadata"]["name"]
+    class_name = f"e2e-{uuid.uuid4().hex[:6]}.{DRIVER}"
+    classes = kube_dynamic.resources.get(api_version="resource.k8s.io/v1", kind="DeviceClass")
+    classes.create(
+        body={
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": class_name},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        }
+    )
+    try:
+        kube_dynamic.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").create(
+            body={
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{DRIVER}"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "gpu-0"}],
+                },
+            }
+        )
+        kube_dynamic.resources.get(
+            api_version="resource.k8s.io/v1", kind="ResourceClaimTemplate"
+        ).create(
+            namespace=namespace,
+            body={
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one"},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "gpu", "exactly": {"deviceClassName": class_name}}
+                            ]
+                        }
+                    }
+                },
+            },
+        )
+        pods.create(
+            namespace=namespace,
+            body={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p1"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "with",
+                            "image": "registry.invalid/noop",
+                            "resources": {"claims": [{"name": "gpu"}]},
+                        },
+                        {"name": "without", "image": "registry.invalid/noop"},
+                    ],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one"}],
+                },
+            },
+        )
+        wait_for(
+            lambda: pods.get(name="p1", namespace=namespace).spec.nodeName,
+            timeout=60,
+            what="pod p1 to be scheduled",
+        )
+        handler = AllocationHandler(kube_dynamic)
+        common = [
+            f"--registry-dir={kubelet_dir / 'plugins_registry'}",
+            f"--state-dir={tmp_path / 'state'}",
+            f"--node={node}",
+            f"--pod={namespace}/p1",
+            "--timeout=60s",
+        ]
+        with KubeletPluginServer(DRIVER, handler, kubelet_dir=kubelet_dir):
+            prepared = kubelet_standin.run("prepare", *common)
+            assert prepared.exit_code == 0, (prepared.doc, prepared.stderr[-3000:])
+            containers = prepared.doc["containers"]
+            assert containers["with"]["cdi_devices"] == [f"{DRIVER}/gpu=gpu-0"]
+            assert containers["without"]["cdi_devices"] == []
+            [claim] = containers["with"]["claims"]
+            [device] = claim["drivers"][DRIVER]["devices"]
+            assert (device["pool"], device["device"], device["request_names"]) == (
+                node,
+                "gpu-0",
+                ["gpu"],
+            )
+            assert [ref.name for ref in handler.prepared] == [claim["name"]]
+
+            unprepared = kubelet_standin.run("unprepare", *common)
+            assert unprepared.exit_code == 0, (unprepared.doc, unprepared.stderr[-3000:])
+            assert [ref.uid for ref in handler.unprepared] == [claim["uid"]]
+    finally:
+        classes.delete(name=class_name)
