@@ -118,6 +118,52 @@ def test_kubelet_plugin_watcher_registers_drakit_server(
     assert register_events[0]["endpoint"] == str(server.dra_socket)
 
 
+class StaticHandler:
+    """Prepares every claim with one fixed device."""
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimPrepareResult]:
+        device = PreparedDeviceRef(
+            requests=["gpu"], pool="pool-a", device="gpu-0", cdi_device_ids=[f"{DRIVER}/gpu=gpu-0"]
+        )
+        return {ref.uid: ClaimPrepareResult(devices=[device]) for ref in claims}
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimUnprepareResult]:
+        return {ref.uid: ClaimUnprepareResult() for ref in claims}
+
+
+@pytest.mark.parametrize("service", ["v1", "v1beta1"])
+def test_raw_prepare_and_unprepare_replies_are_strictly_known(
+    kubelet_standin: KubeletStandIn, kubelet_dir: Path, service: str
+) -> None:
+    claim = f"--claim=ns1/claim-a/{uuid.uuid4()}"
+    with KubeletPluginServer(DRIVER, StaticHandler(), kubelet_dir=kubelet_dir) as server:
+        endpoint = f"--endpoint={server.dra_socket}"
+        prepared = kubelet_standin.run("raw-prepare", endpoint, f"--service={service}", claim)
+        unprepared = kubelet_standin.run("raw-unprepare", endpoint, f"--service={service}", claim)
+    assert prepared.exit_code == 0, prepared.doc
+    assert prepared.doc["unknown_fields"] == []
+    [result] = prepared.doc["response"]["claims"].values()
+    assert result["error"] == ""
+    [device] = result["devices"]
+    assert device["pool_name"] == "pool-a"
+    assert device["device_name"] == "gpu-0"
+    assert device["request_names"] == ["gpu"]
+    assert device["cdi_device_ids"] == [f"{DRIVER}/gpu=gpu-0"]
+    assert unprepared.exit_code == 0, unprepared.doc
+    assert unprepared.doc["unknown_fields"] == []
+
+
+def test_raw_health_without_health_service_is_unimplemented(
+    kubelet_standin: KubeletStandIn, kubelet_dir: Path
+) -> None:
+    with KubeletPluginServer(DRIVER, NullHandler(), kubelet_dir=kubelet_dir) as server:
+        result = kubelet_standin.run(
+            "raw-health", f"--endpoint={server.dra_socket}", "--service=v1", "--seconds=3"
+        )
+    assert result.exit_code == 5, result.doc
+    assert result.doc["end"] == "unimplemented"
+
+
 @pytest.mark.slow
 def test_kubelet_prepares_scheduled_pod_through_drakit(
     kubelet_standin: KubeletStandIn,
