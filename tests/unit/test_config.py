@@ -99,12 +99,6 @@ def test_explicit_overrides_win_over_the_file(tmp_path: Path) -> None:
     assert s.profile == "dgx-h100"  # None means "flag not given"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: load_settings re-validates file+overrides as init values, which lose to "
-    "DRAKIT_* variables, so a command-line flag (--node-name, --profile) is ignored when the "
-    "variable is set; the docstring says overrides win over both",
-)
 def test_explicit_overrides_win_over_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -169,11 +163,6 @@ def test_unknown_plugin_key_is_an_error(tmp_path: Path, capsys: pytest.CaptureFi
     assert "plugins.cpu.reserve: unknown key" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: unknown keys inside a plugin section are reported without the known keys "
-    "(cli.config_validate and PluginHost._load_backends call validation_errors without known=)",
-)
 def test_unknown_plugin_key_lists_known_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

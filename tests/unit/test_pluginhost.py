@@ -266,11 +266,6 @@ def test_hookimpl_for_an_unknown_hook_is_refused() -> None:
     assert "drakit_discover_device" in str(exc.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: PluginHost.__init__ names the plugin of a check_pending failure by "
-    "getattr(e.plugin, '__name__', str(e.plugin)), i.e. an object repr, not its registered name",
-)
 def test_unknown_hook_error_names_the_registered_plugin() -> None:
     with pytest.raises(PluginLoadError) as exc:
         make_host({}, extra={"typo": UnknownHook()})
@@ -447,12 +442,6 @@ def test_cli_reports_a_failing_discovery_in_one_line_exit_2(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: PluginHost._only logs every vendor hook failure with log.exception, so the "
-    "CLI prints a traceback on stderr without --verbose (pytest's log capture hides it "
-    "in-process; a real process shows it)",
-)
 def test_cli_process_prints_no_traceback_for_a_failing_discovery(
     entry_points: EntryPoints, tmp_path: Path
 ) -> None:

@@ -366,12 +366,6 @@ def test_pool_name_rules() -> None:
     render_slices(DRIVER, NODE, [Device(name="d", pool="zone-a/rack-7")])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: slice_name_prefix cuts a long base at 189 characters and appends "
-    "'-<digest>'; when the cut ends in '.', the name contains '.-', which is not a DNS "
-    "subdomain, so the API server rejects the slice",
-)
 def test_slice_names_stay_dns_subdomains_for_long_pools() -> None:
     pool = f"{'a' * 60}.{'a' * 60}.{'a' * 43}.{'b' * 40}"  # the cut at 189 lands on a '.'
     [s] = render_slices(DRIVER, NODE, [Device(name="d", pool=pool)])

@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,7 +18,13 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from drakit.config import DrakitSettings, load_settings, read_config_file, validation_errors
+from drakit.config import (
+    DrakitSettings,
+    known_keys,
+    load_settings,
+    read_config_file,
+    validation_errors,
+)
 from drakit.errors import ConfigInvalid, DrakitError
 from drakit.inventory import build_inventory
 from drakit.pluginhost import (
@@ -75,7 +82,31 @@ def _settings(
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class PluginCommands(click.Group):
+    """Built-in commands, plus the click commands of the ``drakit.cli`` entry point group.
+
+    A contributed command is imported only when it is looked up; a built-in name wins.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Built-in and contributed command names."""
+        contributed = {ep.name for ep in metadata.entry_points(group="drakit.cli")}
+        return sorted(set(super().list_commands(ctx)) | contributed)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        """The built-in command ``name``, else the contributed one (imported now)."""
+        found = super().get_command(ctx, name)
+        for ep in () if found else metadata.entry_points(group="drakit.cli", name=name):
+            try:
+                found = ep.load()
+            except Exception as e:  # a broken distribution must not break every command
+                raise UserError(f"command {name!r} from {ep.value} failed to load: {e!r}") from e
+            if not isinstance(found, click.Command):
+                raise UserError(f"command {name!r}: {ep.value} is not a click command")
+        return found
+
+
+@click.group(cls=PluginCommands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging and tracebacks on errors.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: bool) -> None:
@@ -260,7 +291,11 @@ def config_validate(file: Path) -> None:
         try:
             model.model_validate(sections.get(name) or {})
         except ValidationError as e:
-            errors.extend(validation_errors(e, prefix=f"plugins.{name}"))
+            errors.extend(
+                validation_errors(
+                    e, prefix=f"plugins.{name}", known=known_keys(model, f"plugins.{name}")
+                )
+            )
     if errors:
         for path, msg in errors:
             click.echo(f"{file}: {path}: {msg}" if path else f"{file}: {msg}", err=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from drakit.errors import ConfigInvalid
@@ -28,6 +28,7 @@ __all__ = [
     "HealthSettings",
     "MetricsSettings",
     "PluginSettings",
+    "known_keys",
     "load_settings",
     "read_config_file",
     "validation_errors",
@@ -206,12 +207,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def _known_keys(model: type[BaseModel], prefix: str) -> dict[str, list[str]]:
+def known_keys(model: type[BaseModel], prefix: str) -> dict[str, list[str]]:
+    """Known keys per dotted path of ``model`` (for 'unknown key' messages)."""
     known = {prefix: list(model.model_fields)}
     for name, field in model.model_fields.items():
         ann = field.annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel):
-            known.update(_known_keys(ann, f"{prefix}.{name}" if prefix else name))
+            known.update(known_keys(ann, f"{prefix}.{name}" if prefix else name))
     return known
 
 
@@ -233,12 +235,24 @@ def load_settings(
     source = str(path) if path else "configuration"
     try:
         settings = DrakitSettings(**data)
-        if overrides:
-            merged = settings.model_dump()
-            merged.update({k: v for k, v in overrides.items() if v is not None})
-            settings = DrakitSettings.model_validate(merged)
     except ValidationError as e:
         raise ConfigInvalid(
-            validation_errors(e, known=_known_keys(DrakitSettings, "")), source=source
+            validation_errors(e, known=known_keys(DrakitSettings, "")), source=source
         ) from e
-    return settings
+    # Flags win over the environment: validate each one against its field and apply it last.
+    checked: dict[str, Any] = {}
+    errors: list[tuple[str, str]] = []
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        field = DrakitSettings.model_fields.get(key)
+        if field is None:
+            errors.append((key, "unknown setting"))
+            continue
+        try:
+            checked[key] = TypeAdapter(field.annotation).validate_python(value)
+        except ValidationError as e:
+            errors.extend(validation_errors(e, prefix=key))
+    if errors:
+        raise ConfigInvalid(errors, source="command line")
+    return settings.model_copy(update=checked) if checked else settings

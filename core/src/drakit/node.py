@@ -106,6 +106,7 @@ class Node:
     def _start(self) -> None:
         s = self.settings
         self.host = self._stack.enter_context(open_host(s))
+        self.host.on_plugin_error = self._plugin_error
         node_name = self.host.node.name
         self.refresh()
         if self.claims is None:
@@ -295,6 +296,9 @@ class Node:
     def _health_loop(self) -> None:
         while not self._stop.wait(self.settings.health.interval):
             self.poll_health()
+
+    def _plugin_error(self, plugin: str, hook: str) -> None:
+        self.metrics.plugin_errors.labels(plugin=plugin, hook=hook).inc()
 
     def _repaired(self, driver: str, reason: str, message: str, count: int) -> None:
         self.metrics.checkpoint_repairs.labels(driver=driver).inc(count)

@@ -22,7 +22,7 @@ import stevedore
 from pydantic import BaseModel, ValidationError
 
 from drakit import hookspecs
-from drakit.config import DrakitSettings, PluginSettings, validation_errors
+from drakit.config import DrakitSettings, PluginSettings, known_keys, validation_errors
 from drakit.context import PluginContext
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, PluginLoadError
 from drakit.models import (
@@ -187,6 +187,8 @@ class PluginHost:
         self.strategies: dict[str, object] = {}
         self._owners: dict[DeviceKey, str] = {}
         self._devices: dict[DeviceKey, Device] = {}
+        self.on_plugin_error: Callable[[str, str], None] | None = None
+        """Called as ``(plugin, hook)`` when a hook raises (the node counts these in metrics)."""
         self._load_backends()
         self._load_strategies()
         for name, obj in (extra_plugins or {}).items():
@@ -194,7 +196,7 @@ class PluginHost:
         try:
             self.pm.check_pending()
         except pluggy.PluginValidationError as e:
-            raise PluginLoadError(getattr(e.plugin, "__name__", str(e.plugin)), str(e)) from e
+            raise PluginLoadError(self.pm.get_name(e.plugin) or str(e.plugin), str(e)) from e
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -213,7 +215,11 @@ class PluginHost:
             try:
                 section = model.model_validate(self.settings.plugins.get(name) or {})
             except ValidationError as e:
-                errors.extend(validation_errors(e, prefix=f"plugins.{name}"))
+                errors.extend(
+                    validation_errors(
+                        e, prefix=f"plugins.{name}", known=known_keys(model, f"plugins.{name}")
+                    )
+                )
                 continue
             validated.append((name, cls, section))
         if errors:
@@ -290,9 +296,13 @@ class PluginHost:
             try:
                 return caller(**kwargs)
             except DrakitError:
+                if self.on_plugin_error is not None:
+                    self.on_plugin_error(plugin, hook)
                 raise
-            except Exception as e:  # a vendor hook can fail in any way; name who failed
-                log.exception("plugin %r failed in %s", plugin, hook)
+            except Exception as e:
+                if self.on_plugin_error is not None:
+                    self.on_plugin_error(plugin, hook)  # a vendor hook can fail in any way; name who failed
+                log.debug("plugin %r failed in %s", plugin, hook, exc_info=True)
                 raise PermanentError(f"plugin {plugin!r} failed in {hook}: {e!r}") from e
 
         return call

@@ -5,9 +5,7 @@ Used by the CLI, ``drakit node`` and ``drakit demo`` so they all load plugins th
 
 from __future__ import annotations
 
-import os
 import socket
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 from drakit.config import DrakitSettings
 from drakit.models import NodeInfo
 from drakit.pluginhost import PluginHost, installed_plugins
+from drakit.sim import fast_tmp, materialize
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -47,26 +46,14 @@ def effective_settings(settings: DrakitSettings) -> DrakitSettings:
     return settings.model_copy(update={"plugins": plugins})
 
 
-def fast_tmp() -> str | None:
-    """A memory-backed temp directory (``/dev/shm``) if there is one, else the default.
-
-    A simulated profile is thousands of small files; on a loaded disk writing them takes tens
-    of seconds, in memory well under one.
-    """
-    shm = Path("/dev/shm")  # noqa: S108 - private temp dirs are made inside it
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-
-
 @contextmanager
 def sysfs_for(settings: DrakitSettings) -> Iterator[Path]:
     """The sysfs root to read: a materialised simulated profile, or ``settings.sysfs_root``."""
     if not settings.profile:
         yield settings.sysfs_root
         return
-    from drakit.sim import build_profile  # noqa: PLC0415 - simulation is only loaded when asked
-
-    with tempfile.TemporaryDirectory(prefix=f"drakit-{settings.profile}-", dir=fast_tmp()) as tmp:
-        yield build_profile(settings.profile, Path(tmp))
+    with materialize(settings.profile) as root:
+        yield root
 
 
 @contextmanager

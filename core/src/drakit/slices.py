@@ -255,7 +255,7 @@ def slice_name_prefix(node: str, driver: str, pool: str) -> str:
     base = re.sub(r"[^a-z0-9.-]", "-", base.lower()).strip("-.")
     if len(base) > _NAME_PREFIX_BUDGET:
         digest = hashlib.sha256(base.encode()).hexdigest()[:10]
-        base = f"{base[: _NAME_PREFIX_BUDGET - 11]}-{digest}"
+        base = f"{base[: _NAME_PREFIX_BUDGET - 11].rstrip('.-')}-{digest}"
     return base
 
 

@@ -19,7 +19,6 @@ import click
 import yaml
 
 from drakit.cpuset import CpuListError, format_cpulist, parse_cpulist
-from drakit.runtime import fast_tmp
 from drakit_cpu.allocator import AllocationError
 from drakit_cpu.discovery import read_cpu_facts
 from drakit_cpu.plugin import select_cpus
@@ -70,8 +69,7 @@ def _root(profile: str | None, sysfs_root: Path | None) -> Iterator[Path]:
         get_profile(str(profile))
     except ValueError as e:  # UnknownProfileError lists the known profiles
         raise CpuCliError(str(e)) from None
-    tmp = fast_tmp()
-    with materialize(str(profile), tmp_dir=Path(tmp) if tmp else None) as root:
+    with materialize(str(profile)) as root:
         yield root
 
 
