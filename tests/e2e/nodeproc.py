@@ -1,0 +1,576 @@
+"""``drakit node`` as a real subprocess, for the lifecycle end-to-end tests.
+
+:class:`NodeProcess` starts ``drakit node`` exactly as a DaemonSet would (the console script,
+flags, a YAML ``--config``, ``POD_UID`` for the socket names), waits until it serves, and stops
+it with SIGTERM (or finds it killed by ``DRAKIT_CRASH_AT``). :class:`NodeDirs` is its short
+kubelet/CDI/state directory tree in memory (``/dev/shm``; Unix socket paths must stay below 108
+bytes), with readers for the checkpoint and the CDI specs. :class:`Proxy` is a TCP forwarder
+between a node and the API server that a test can close (outage), reopen and slow down.
+
+The helpers are independent of pytest so they can be driven from a REPL when debugging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Final, Self
+
+from tests.e2e.controlplane import ControlPlane, free_port
+
+from drakit.kubelet.client import KubeletClient
+from drakit.kubelet.server import socket_paths
+
+__all__ = [
+    "DRIVERS",
+    "RESOURCE",
+    "NodeDirs",
+    "NodeProcess",
+    "NodeProcessError",
+    "Proxy",
+    "allocated_claim",
+    "create_device_class",
+    "kubeconfig_via",
+    "kubelet_flags",
+    "memory_dir",
+]
+
+#: Backend name -> its default DRA driver name.
+DRIVERS: Final = {
+    "cpu": "cpu.drakit.io",
+    "nvidia_gpu": "gpu.nvidia.drakit.io",
+    "amd_ainic": "ainic.amd.drakit.io",
+    "composite": "pairs.composite.drakit.io",
+}
+RESOURCE: Final = "/apis/resource.k8s.io/v1"
+
+_PR_SET_PDEATHSIG = 1
+
+
+class NodeProcessError(RuntimeError):
+    """``drakit node`` did not start, or did not stop as expected."""
+
+
+def memory_dir(prefix: str) -> Path:
+    """A fresh directory in ``/dev/shm`` (else the default temp dir), with a short path."""
+    shm = Path("/dev/shm")
+    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def _set_pdeathsig() -> None:  # pragma: no cover - runs in the forked child
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class NodeDirs:
+    """The directories one node uses; several node processes may share one tree.
+
+    Attributes:
+        root: The (short) root directory.
+    """
+
+    root: Path
+
+    @classmethod
+    def create(cls, prefix: str = "dk-") -> NodeDirs:
+        """A fresh tree with ``plugins_registry/`` in place."""
+        dirs = cls(memory_dir(prefix))
+        dirs.registry.mkdir(parents=True)
+        return dirs
+
+    @property
+    def kubelet_dir(self) -> Path:
+        """``--kubelet-dir``."""
+        return self.root / "k"
+
+    @property
+    def registry(self) -> Path:
+        """The plugin watcher's directory."""
+        return self.kubelet_dir / "plugins_registry"
+
+    @property
+    def cdi_dir(self) -> Path:
+        """``--cdi-dir``."""
+        return self.root / "cdi"
+
+    @property
+    def state_dir(self) -> Path:
+        """``--state-dir`` (drakit's checkpoints and locks)."""
+        return self.root / "state"
+
+    def kubelet_state(self, name: str = "kubelet") -> Path:
+        """A state directory for the kubelet stand-in (its ``dra_manager_state``)."""
+        return self.root / name
+
+    def checkpoint(self, driver: str) -> dict[str, Any]:
+        """The claims in ``driver``'s checkpoint (empty if there is none yet)."""
+        path = self.state_dir / driver / "checkpoint.json"
+        if not path.exists():
+            return {}
+        claims: dict[str, Any] = json.loads(path.read_text())["claims"]
+        return claims
+
+    def cdi_specs(self) -> dict[str, dict[str, Any]]:
+        """Every CDI spec on disk, by file name (temporary files excluded)."""
+        if not self.cdi_dir.is_dir():
+            return {}
+        return {
+            p.name: json.loads(p.read_text())
+            for p in sorted(self.cdi_dir.iterdir())
+            if p.suffix == ".json" and not p.name.startswith(".")
+        }
+
+    def cdi_files(self) -> list[str]:
+        """Every file in the CDI directory, temporary ones included (to find leaks)."""
+        return sorted(p.name for p in self.cdi_dir.iterdir()) if self.cdi_dir.is_dir() else []
+
+    def remove(self) -> None:
+        """Delete the whole tree."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _drakit_argv() -> list[str]:
+    script = Path(sys.executable).with_name("drakit")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from drakit.cli import main; main()"]
+
+
+class NodeProcess:
+    """One ``drakit node`` process.
+
+    Args:
+        kubeconfig: The kubeconfig the node uses (the admin one, or one through a :class:`Proxy`).
+        node_name: ``--node-name`` (a Node that exists in the API server).
+        dirs: Its directories.
+        plugins: The ``plugins`` section of its configuration (backend -> settings).
+        profile: ``--profile`` (the node builds the simulated tree itself).
+        sysfs_root: ``--sysfs-root`` (a simulated tree built beforehand; a process killed with
+            SIGKILL cannot remove the tree that ``--profile`` builds).
+        instance_id: ``POD_UID``, which makes the socket names unique per instance.
+        env: Extra environment, e.g. ``{"DRAKIT_CRASH_AT": "prepare-after-cdi"}``.
+        settings: Further top-level configuration (merged over the defaults here).
+        name: Log file stem (default: the instance id).
+    """
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: Path,
+        node_name: str,
+        dirs: NodeDirs,
+        plugins: Mapping[str, Mapping[str, Any]],
+        profile: str | None = None,
+        sysfs_root: Path | None = None,
+        instance_id: str = "a",
+        env: Mapping[str, str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if (profile is None) == (sysfs_root is None):
+            raise ValueError("give exactly one of profile and sysfs_root")
+        self.kubeconfig = kubeconfig
+        self.node_name = node_name
+        self.dirs = dirs
+        self.plugins = {k: dict(v) for k, v in plugins.items()}
+        self.profile = profile
+        self.sysfs_root = sysfs_root
+        self.instance_id = instance_id
+        self.env = dict(env or {})
+        self.metrics_port = free_port()
+        self.log_path = dirs.root / f"node-{name or instance_id}.log"
+        self.config_path = dirs.root / f"config-{name or instance_id}.yaml"
+        config: dict[str, Any] = {
+            "plugins": self.plugins,
+            "metrics": {"address": "127.0.0.1", "port": self.metrics_port},
+            "log_level": "DEBUG",
+            **(settings or {}),
+        }
+        self.config_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.started_at = 0.0
+        self.serving_after = 0.0
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def drivers(self) -> list[str]:
+        """The DRA drivers this process serves (sorted)."""
+        return sorted(DRIVERS[p] for p in self.plugins)
+
+    @property
+    def pid(self) -> int:
+        """The process ID."""
+        if self._proc is None:
+            raise NodeProcessError("not started")
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (``-9`` after SIGKILL), or None while it runs."""
+        return None if self._proc is None else self._proc.poll()
+
+    def registration_socket(self, driver: str) -> Path:
+        """Where this instance's registration socket for ``driver`` is."""
+        return socket_paths(driver, self.dirs.kubelet_dir, self.instance_id).registration
+
+    def dra_socket(self, driver: str) -> Path:
+        """Where this instance's DRA service socket for ``driver`` is."""
+        return socket_paths(driver, self.dirs.kubelet_dir, self.instance_id).dra
+
+    def sockets(self) -> list[Path]:
+        """Every socket path of this instance."""
+        return [p for d in self.drivers for p in (self.registration_socket(d), self.dra_socket(d))]
+
+    def client(self, driver: str, *, timeout: float = 45.0) -> KubeletClient:
+        """A kubelet-like gRPC client for one of its drivers."""
+        return KubeletClient(self.registration_socket(driver), timeout=timeout)
+
+    def log(self) -> str:
+        """Everything it logged so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The last lines of its log (for assertion messages)."""
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    # -------------------------------------------------------------- lifecycle
+
+    def start(self, *, wait: bool = True, timeout: float = 90.0) -> Self:
+        """Start the process; with ``wait``, return once it serves (``/healthz`` answers).
+
+        ``/healthz`` is served after every kubelet socket, so it also means the sockets are
+        the new process's (after a crash the dead one's socket files are still there).
+        """
+        if self._proc is not None:
+            raise NodeProcessError("already started")
+        argv = [
+            *_drakit_argv(),
+            "node",
+            f"--config={self.config_path}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--node-name={self.node_name}",
+            f"--kubelet-dir={self.dirs.kubelet_dir}",
+            f"--cdi-dir={self.dirs.cdi_dir}",
+            f"--state-dir={self.dirs.state_dir}",
+            f"--metrics-port={self.metrics_port}",
+        ]
+        argv.append(
+            f"--profile={self.profile}" if self.profile else f"--sysfs-root={self.sysfs_root}"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DRAKIT_")}
+        env.update({"POD_UID": self.instance_id, "PYTHONUNBUFFERED": "1", **self.env})
+        self._log = self.log_path.open("ab")
+        self._log.write(("$ " + " ".join(argv) + "\n").encode())
+        self._log.flush()
+        self.started_at = time.monotonic()
+        self._proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - only prctl, no locks taken
+        )
+        if wait:
+            self.wait_serving(timeout)
+        return self
+
+    def http(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        """GET ``path`` from its metrics/probe port; ``(0, reason)`` if nothing answers."""
+        url = f"http://127.0.0.1:{self.metrics_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return int(exc.code), exc.read().decode()
+        except OSError as exc:
+            return 0, str(exc)
+
+    def wait_serving(self, timeout: float = 90.0) -> None:
+        """Block until ``/healthz`` answers 200.
+
+        Raises:
+            NodeProcessError: It exited first, or did not serve within ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self.returncode
+            if code is not None:
+                raise NodeProcessError(
+                    f"drakit node exited with {code} while starting:\n{self.log_tail()}"
+                )
+            if self.http("/healthz", timeout=2)[0] == 200:
+                self.serving_after = time.monotonic() - self.started_at
+                return
+            time.sleep(0.1)
+        raise NodeProcessError(f"drakit node not serving after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def wait_ready(self, timeout: float = 60.0) -> float:
+        """Block until ``/readyz`` answers 200; returns the seconds since start.
+
+        Raises:
+            NodeProcessError: Not ready within ``timeout``, or it exited.
+        """
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.returncode is not None:
+                raise NodeProcessError(f"drakit node exited with {self.returncode}")
+            status, last = self.http("/readyz", timeout=2)
+            if status == 200:
+                return time.monotonic() - self.started_at
+            time.sleep(0.1)
+        raise NodeProcessError(f"drakit node not ready after {timeout:.0f}s: {last.strip()}")
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for the process to exit; returns its exit status."""
+        if self._proc is None:
+            raise NodeProcessError("not started")
+        try:
+            return self._proc.wait(timeout=timeout)
+        finally:
+            if self._proc.poll() is not None and self._log is not None:
+                self._log.close()
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then wait; returns the exit status.
+
+        Raises:
+            subprocess.TimeoutExpired: It did not exit within ``timeout``.
+        """
+        if self._proc is None:
+            raise NodeProcessError("not started")
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, signal.SIGTERM)
+        return self.wait(timeout)
+
+    def close(self) -> None:
+        """Make sure it is gone (SIGTERM, then SIGKILL) and its log is closed."""
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self.terminate(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self._proc.pid, signal.SIGKILL)
+                self._proc.wait(timeout=10)
+        if self._log is not None:
+            self._log.close()
+
+    def __enter__(self) -> Self:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------ API helpers
+
+
+def create_device_class(cp: ControlPlane, name: str, driver: str) -> None:
+    """A DeviceClass selecting every device of ``driver``."""
+    cp.api(
+        "POST",
+        f"{RESOURCE}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+    )
+
+
+def allocated_claim(
+    cp: ControlPlane,
+    namespace: str,
+    name: str,
+    results: Sequence[Mapping[str, Any]],
+    *,
+    device_class: str,
+    config: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Create a ResourceClaim and write ``status.allocation`` as admin (no scheduler).
+
+    Args:
+        cp: The control plane.
+        namespace: Its namespace.
+        name: Its name.
+        results: ``status.allocation.devices.results``; their request names become the
+            claim's requests (``exactly`` from ``device_class``).
+        device_class: The DeviceClass of every request.
+        config: ``status.allocation.devices.config``.
+
+    Returns:
+        The claim as the API server returned it after the status update.
+    """
+    requests = sorted({str(r["request"]).split("/", 1)[0] for r in results})
+    claim = cp.api(
+        "POST",
+        f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": r, "exactly": {"deviceClassName": device_class}} for r in requests
+                    ]
+                }
+            },
+        },
+    )
+    claim["status"] = {
+        "allocation": {"devices": {"results": list(results), "config": list(config)}}
+    }
+    return cp.api("PUT", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}/status", claim)
+
+
+def kubelet_flags(
+    dirs: NodeDirs, node: str, pod: str, *, state: str = "kubelet", drivers: Sequence[str] = ()
+) -> list[str]:
+    """The kubelet stand-in flags for ``prepare``/``unprepare``/``pod-health`` of one pod.
+
+    ``--driver`` is given for every driver so that ``unprepare`` waits for all of them (by
+    default it waits for the first registration only).
+    """
+    return [
+        f"--registry-dir={dirs.registry}",
+        f"--state-dir={dirs.kubelet_state(state)}",
+        f"--node={node}",
+        f"--pod={pod}",
+        "--timeout=90s",
+        *(f"--driver={d}" for d in drivers),
+    ]
+
+
+def kubeconfig_via(cp: ControlPlane, port: int, path: Path) -> Path:
+    """The admin kubeconfig pointed at ``127.0.0.1:<port>`` (same certificate, same IP)."""
+    cfg = json.loads(cp.kubeconfig.read_text())
+    cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path.write_text(json.dumps(cfg))
+    path.chmod(0o600)
+    return path
+
+
+# ----------------------------------------------------------------------- proxy
+
+
+class Proxy:
+    """A TCP forwarder to the API server: closable (outage), reopenable, and slowable.
+
+    While closed, connecting is refused and every open connection (watches too) is cut.
+    ``delay`` holds each chunk from the API server back that many seconds (a slow server).
+
+    Args:
+        target: ``(host, port)`` of the API server.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self.delay = 0.0
+        self._listener: socket.socket | None = None
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Listen (on the same port as before after a :meth:`stop`)."""
+        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lst.bind(("127.0.0.1", self.port))
+        self.port = lst.getsockname()[1]
+        lst.listen(128)
+        self._listener = lst
+        threading.Thread(target=self._accept, args=(lst,), daemon=True).start()
+
+    def stop(self) -> None:
+        """Close the listener and cut every open connection."""
+        lst, self._listener = self._listener, None
+        if lst is not None:
+            with contextlib.suppress(OSError):
+                lst.shutdown(socket.SHUT_RDWR)
+            lst.close()
+        with self._lock:
+            conns, self._conns = self._conns, set()
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            c.close()
+
+    def _accept(self, lst: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = lst.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._conns |= {client, upstream}
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, slow: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if slow and self.delay > 0:
+                    time.sleep(self.delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._conns -= {src, dst}
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.close()
+
+    @contextlib.contextmanager
+    def slowed(self, delay: float) -> Iterator[None]:
+        """Hold every chunk from the API server back ``delay`` seconds inside the block."""
+        self.delay = delay
+        try:
+            yield
+        finally:
+            self.delay = 0.0
