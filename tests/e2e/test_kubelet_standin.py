@@ -11,14 +11,22 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.e2e.controlplane import KubeletStandIn, wait_for
 
+from drakit.kubelet.health import HealthBroadcaster
 from drakit.kubelet.server import KubeletPluginServer
-from drakit.models import ClaimPrepareResult, ClaimRef, ClaimUnprepareResult, PreparedDeviceRef
+from drakit.models import (
+    ClaimPrepareResult,
+    ClaimRef,
+    ClaimUnprepareResult,
+    DeviceHealth,
+    PreparedDeviceRef,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -164,6 +172,43 @@ def test_raw_health_without_health_service_is_unimplemented(
     assert result.doc["end"] == "unimplemented"
 
 
+def unhealthy(pool: str, device: str) -> HealthBroadcaster:
+    """A health source reporting one unhealthy device."""
+    return HealthBroadcaster(
+        [
+            DeviceHealth(
+                pool=pool,
+                device=device,
+                health="Unhealthy",
+                message="ECC errors",
+                last_updated=datetime.now(UTC),
+            )
+        ]
+    )
+
+
+@pytest.mark.parametrize("service", ["v1", "v1alpha1"])
+def test_raw_health_stream_is_strictly_known(
+    kubelet_standin: KubeletStandIn, kubelet_dir: Path, service: str
+) -> None:
+    with KubeletPluginServer(
+        DRIVER, NullHandler(), kubelet_dir=kubelet_dir, health_source=unhealthy("pool-a", "gpu-0")
+    ) as server:
+        result = kubelet_standin.run(
+            "raw-health",
+            f"--endpoint={server.dra_socket}",
+            f"--service={service}",
+            "--seconds=10",
+            "--max-responses=1",
+        )
+    assert result.exit_code == 0, result.doc
+    assert result.doc["unknown_fields"] == []
+    [device] = result.doc["responses"][0]["devices"]
+    assert device["device"] == {"pool_name": "pool-a", "device_name": "gpu-0"}
+    assert device["health"] == "UNHEALTHY"
+    assert device["message"] == "ECC errors"
+
+
 @pytest.mark.slow
 def test_kubelet_prepares_scheduled_pod_through_drakit(
     kubelet_standin: KubeletStandIn,
@@ -250,7 +295,9 @@ def test_kubelet_prepares_scheduled_pod_through_drakit(
             f"--pod={namespace}/p1",
             "--timeout=60s",
         ]
-        with KubeletPluginServer(DRIVER, handler, kubelet_dir=kubelet_dir):
+        with KubeletPluginServer(
+            DRIVER, handler, kubelet_dir=kubelet_dir, health_source=unhealthy(node, "gpu-0")
+        ):
             prepared = kubelet_standin.run("prepare", *common)
             assert prepared.exit_code == 0, (prepared.doc, prepared.stderr[-3000:])
             containers = prepared.doc["containers"]
@@ -264,6 +311,15 @@ def test_kubelet_prepares_scheduled_pod_through_drakit(
                 ["gpu"],
             )
             assert [ref.name for ref in handler.prepared] == [claim["name"]]
+
+            health = kubelet_standin.run("pod-health", *common, "--wait=3s")
+            assert health.exit_code == 0, (health.doc, health.stderr[-3000:])
+            [status] = health.doc["allocated_resources_status"]["with"]
+            assert status["name"] == "claim:gpu"  # the pod's claim name, no request given
+            assert [(r["resourceID"], r["health"]) for r in status["resources"]] == [
+                (f"{DRIVER}/gpu=gpu-0", "Unhealthy")  # resourceID is the CDI device ID
+            ]
+            assert health.doc["allocated_resources_status"]["without"] == []
 
             unprepared = kubelet_standin.run("unprepare", *common)
             assert unprepared.exit_code == 0, (unprepared.doc, unprepared.stderr[-3000:])
