@@ -272,15 +272,6 @@ def retry_waits(log: str) -> dict[str, list[float]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-@pytest.mark.xfail(
-    strict=True,
-    raises=SlowRecovery,
-    reason="BUG: after a long outage the slice watch reconnects only every ~30 s (backoff cap "
-    "30 s, jitter on top: up to 36 s) and the publisher waits up to 30 s, so slices deleted "
-    "meanwhile come back 0-36 s after the API server does, not within 10 s. Fix: cap the "
-    "watch's reconnect delay (publisher.py _watch_loop) at about 5 s; a reconnect already "
-    "cuts the publisher's backoff short",
-)
 def test_api_server_outage_of_60s(
     control_plane: ControlPlane,
     kubelet_standin: KubeletStandIn,

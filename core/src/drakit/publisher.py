@@ -49,6 +49,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+WATCH_RETRY_MAX = 5.0
+"""Longest wait between watch reconnects while the API server is unreachable (seconds)."""
+
 PoolKey = tuple[str, str]
 """``(driver, pool name)``."""
 
@@ -900,11 +903,14 @@ class ResourceSlicePublisher:
                         self._notify("changed")
             except DrakitError as exc:
                 failures += 1
-                delay = min(self.backoff_max, self.backoff_initial * 2 ** min(failures - 1, 30))
-                delay *= self._rng.uniform(0.8, 1.2)
+                # The watch is the cheap probe that notices the API server is back (and cuts the
+                # publisher's longer backoff short), so it retries at most every few seconds.
+                cap = min(self.backoff_max, WATCH_RETRY_MAX)
+                delay = min(cap, self.backoff_initial * 2 ** min(failures - 1, 30))
+                delay *= self._rng.uniform(0.8, 1.0)
                 logger.debug("ResourceSlice watch failed (retry in %.1fs): %s", delay, exc)
                 stop_event.wait(delay)
             except Exception:
                 failures += 1
                 logger.exception("ResourceSlice watch failed unexpectedly")
-                stop_event.wait(self.backoff_max)
+                stop_event.wait(min(self.backoff_max, WATCH_RETRY_MAX))
