@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 import uuid
@@ -120,9 +121,10 @@ def test_slices_deleted_by_hand_are_restored_within_5s(
     before = slices_of(control_plane, node.name)
     assert {s["spec"]["driver"] for s in before.values()} == {CPU, GPU}
     want = devices_of(before)
-    control_plane.api(
+    gone = control_plane.api(
         "DELETE", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node.name}"
     )
+    assert len(gone["items"]) == len(want)
     took = restored_within(control_plane, node.name, want, 5)
     print(f"\n[faults] {len(want)} deleted slices restored in {took:.2f}s")
     assert took < 5
@@ -132,12 +134,13 @@ def test_slice_edited_by_hand_is_restored_within_5s(
     control_plane: ControlPlane, node: Running
 ) -> None:
     before = slices_of(control_plane, node.name)
-    want = devices_of(before)
+    want = copy.deepcopy(devices_of(before))
     name = next(n for n, s in before.items() if s["spec"]["driver"] == GPU)
     edited = before[name]
     edited["spec"]["devices"][0]["attributes"]["productName"] = {"string": "tampered"}
     del edited["spec"]["devices"][-1]
-    control_plane.api("PUT", f"{RESOURCE}/resourceslices/{name}", edited)
+    written = control_plane.api("PUT", f"{RESOURCE}/resourceslices/{name}", edited)
+    assert written["spec"]["devices"] == edited["spec"]["devices"] != want[name]
     took = restored_within(control_plane, node.name, want, 5)
     print(f"\n[faults] edited slice restored in {took:.2f}s")
     assert took < 5
