@@ -143,7 +143,9 @@ class NodeDirs:
         return sorted(p.name for p in self.cdi_dir.iterdir()) if self.cdi_dir.is_dir() else []
 
     def remove(self) -> None:
-        """Delete the whole tree."""
+        """Delete the whole tree, unless ``DRAKIT_E2E_KEEP`` is set (to read node logs after)."""
+        if os.environ.get("DRAKIT_E2E_KEEP"):
+            return
         shutil.rmtree(self.root, ignore_errors=True)
 
 
