@@ -175,15 +175,6 @@ def test_metrics_after_real_prepares(
     assert re.search(r"^# TYPE drakit_prepare_seconds histogram$", text, re.MULTILINE)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: drakit_slice_writes_total and drakit_prepared_claims are documented "
-    "(metrics.py table, operating docs) but nothing updates them: the node never feeds the "
-    "publisher's write counts or the checkpoint size into Metrics. Fix: node.py, count "
-    "creates/updates/deletes after each publisher round (publisher.writes) into "
-    "metrics.slice_writes, and set metrics.prepared_claims per driver after each "
-    "prepare/unprepare (len(state.prepared_claims()))",
-)
 def test_slice_writes_and_prepared_claims_are_exported(node: Running) -> None:
     got = samples(node.proc.http("/metrics")[1])
     assert got.get('drakit_slice_writes_total{op="create"}', 0) >= len(DRIVERS)

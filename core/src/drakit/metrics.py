@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 __all__ = ["Metrics", "ProbeServer"]
 
@@ -59,12 +61,6 @@ class Metrics:
             ["driver"],
             registry=r,
         )
-        self.slice_writes = Counter(
-            "drakit_slice_writes_total",
-            "ResourceSlice writes to the API server",
-            ["op"],
-            registry=r,
-        )
         self.checkpoint_repairs = Counter(
             "drakit_checkpoint_repairs_total",
             "Corrupt checkpoints moved aside and claims re-prepared after a reboot",
@@ -74,9 +70,11 @@ class Metrics:
         self.plugin_errors = Counter(
             "drakit_plugin_errors_total", "Hook calls that raised", ["plugin", "hook"], registry=r
         )
-        self.prepared_claims = Gauge(
-            "drakit_prepared_claims", "Claims in the checkpoint", ["driver"], registry=r
-        )
+        self.slice_writes: Callable[[], Mapping[str, int]] = dict
+        """Returns the publisher's write counts by op (create/update/delete); read on scrape."""
+        self.prepared_claims: Callable[[], Mapping[str, int]] = dict
+        """Returns the number of checkpointed claims per driver; read on scrape."""
+        r.register(_Live(self))
 
     def observe(self, driver: str, op: str, result: str, seconds: float) -> None:
         """Record one prepare or unprepare (the pipeline's observer interface)."""
@@ -86,6 +84,36 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)
+
+
+class _Live(Collector):
+    """Metrics whose values live elsewhere (publisher counts, checkpoints), read on scrape."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        """Declare the families without reading the sources."""
+        return [
+            CounterMetricFamily("drakit_slice_writes", "ResourceSlice writes", labels=["op"]),
+            GaugeMetricFamily(
+                "drakit_prepared_claims", "Claims in the checkpoint", labels=["driver"]
+            ),
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        """Read the current values."""
+        writes = CounterMetricFamily(
+            "drakit_slice_writes", "ResourceSlice writes to the API server", labels=["op"]
+        )
+        for op, n in sorted(self.metrics.slice_writes().items()):
+            writes.add_metric([op], n)
+        claims = GaugeMetricFamily(
+            "drakit_prepared_claims", "Claims in the checkpoint", labels=["driver"]
+        )
+        for driver, n in sorted(self.metrics.prepared_claims().items()):
+            claims.add_metric([driver], n)
+        return [writes, claims]
 
 
 class ProbeServer:

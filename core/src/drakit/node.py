@@ -147,7 +147,16 @@ class Node:
                 interval=s.discovery.interval,
                 owner_node_uid=(node or {}).get("metadata", {}).get("uid"),
             )
+            publisher = self.publisher
+            self.metrics.slice_writes = lambda: {
+                "create": publisher.writes.creates,
+                "update": publisher.writes.updates,
+                "delete": publisher.writes.deletes,
+            }
             self._spawn("publisher", self._run_publisher)
+        self.metrics.prepared_claims = lambda: {
+            d: len(st.prepared_claims()) for d, st in self.states.items()
+        }
         self._spawn("health", self._health_loop)
         if s.metrics.enabled:
             self.probes = ProbeServer(
@@ -173,11 +182,22 @@ class Node:
     def stop(self, grace: float = 10.0) -> None:
         """Stop accepting calls, finish those in flight, remove sockets; leave the slices."""
         self._stop.set()
-        for server in self.servers.values():
+
+        def stop_server(server: KubeletPluginServer) -> None:
             try:
                 server.stop(grace)
             except Exception:  # keep stopping the rest
                 log.exception("stopping the kubelet server of %s failed", server.driver_name)
+
+        # All drivers stop accepting at once and share one grace period.
+        stoppers = [
+            threading.Thread(target=stop_server, args=(s,), name=f"stop-{s.driver_name}")
+            for s in self.servers.values()
+        ]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join()
         for t in self._threads:
             t.join(timeout=max(grace, 1.0))
         for state in self.states.values():
