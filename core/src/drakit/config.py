@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -250,7 +250,7 @@ def load_settings(
             errors.append((key, "unknown setting"))
             continue
         try:
-            checked[key] = TypeAdapter(field.annotation).validate_python(value)
+            checked[key] = TypeAdapter[Any](cast(Any, field.annotation)).validate_python(value)
         except ValidationError as e:
             errors.extend(validation_errors(e, prefix=key))
     if errors:

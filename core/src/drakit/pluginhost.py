@@ -299,9 +299,9 @@ class PluginHost:
                 if self.on_plugin_error is not None:
                     self.on_plugin_error(plugin, hook)
                 raise
-            except Exception as e:
+            except Exception as e:  # a vendor hook can fail in any way; name who failed
                 if self.on_plugin_error is not None:
-                    self.on_plugin_error(plugin, hook)  # a vendor hook can fail in any way; name who failed
+                    self.on_plugin_error(plugin, hook)
                 log.debug("plugin %r failed in %s", plugin, hook, exc_info=True)
                 raise PermanentError(f"plugin {plugin!r} failed in {hook}: {e!r}") from e
 
