@@ -250,7 +250,7 @@ class DriverState:
             params = opaque.get("parameters")
             if not isinstance(params, dict):
                 raise ClaimError(f"{where}: {field} ({source}, {scope}): must be a JSON object")
-            size = len(json.dumps(params, separators=(",", ":")))
+            size = len(json.dumps(params, separators=(",", ":"), ensure_ascii=False).encode())
             if size > MAX_OPAQUE_BYTES:
                 raise ClaimError(
                     f"{where}: {field} ({source}, {scope}): {size} bytes; at most "
