@@ -379,3 +379,69 @@ def test_exclusive_device_is_never_prepared_for_two_claims(
     assert second.uid not in state.prepared_claims()
     assert state.unprepare([first])[first.uid].error == ""
     assert state.prepare([second])[second.uid].error == ""
+
+
+def test_backends_sharing_one_driver_name_are_routed_to_their_owner(tmp_path: Path) -> None:
+    shared = "node.example.com"
+    settings = DrakitSettings(
+        profile="minimal-1s",
+        node_name=NODE,
+        plugins={"cpu": {"driver": shared}, "example_fpga": {"driver": shared, "count": 2}},
+    )
+    claims = InMemoryClaims()
+    with open_host(settings) as h:
+        build_inventory(h)
+        assert h.plugins_for_driver(shared) == ["cpu", "example_fpga"]
+        state = DriverState(
+            shared, h, claims, state_dir=tmp_path / "s", cdi_dir=tmp_path / "c", boot_id="b"
+        )
+        ref = claim(
+            claims,
+            [
+                {
+                    "request": "cpus",
+                    "driver": shared,
+                    "pool": NODE,
+                    "device": "cpu-numa-0",
+                    "consumedCapacity": {"cpu": "2"},
+                },
+                {"request": "fpga", "driver": shared, "pool": NODE, "device": "fpga-1"},
+            ],
+        )
+        res = state.prepare([ref])[ref.uid]
+        assert res.error == ""
+        rec = state.prepared_claims()[ref.uid]
+        assert sorted(rec.prepared) == ["cpu", "example_fpga"]
+        assert [p.device for p in rec.prepared["example_fpga"]] == ["fpga-1"]
+        spec = json.loads((tmp_path / "c" / f"k8s.{shared}-claim_{ref.uid}.json").read_text())
+        assert [d["name"] for d in spec["devices"]] == [
+            f"{ref.uid}-cpu-numa-0",
+            f"{ref.uid}-fpga-1",
+        ]
+        assert state.unprepare([ref])[ref.uid].error == ""
+
+
+def test_unhealthy_devices_are_streamed_and_tainted_when_configured(tmp_path: Path) -> None:
+    from drakit.node import UNHEALTHY_TAINT, Node
+
+    settings = DrakitSettings(
+        profile="minimal-1s",
+        node_name=NODE,
+        kubelet_dir=tmp_path / "k",
+        cdi_dir=tmp_path / "cdi",
+        state_dir=tmp_path / "state",
+        metrics={"enabled": False},
+        health={"taint_unhealthy": True},
+        plugins={"example_fpga": {"count": 3, "unhealthy": ["fpga-1"]}},
+    )
+    node = Node(settings, claims=InMemoryClaims(), serve_kubelet=False, boot_id="b")
+    node.start()
+    try:
+        node.poll_health()
+        snapshot = {h.device: h.health for h in node.health["fpga.example.com"].snapshot()}
+        assert snapshot == {"fpga-0": "Healthy", "fpga-1": "Unhealthy", "fpga-2": "Healthy"}
+        [pool] = node._desired()
+        taints = {d.name: d.taints for d in pool.devices}
+        assert taints == {"fpga-0": (), "fpga-1": (UNHEALTHY_TAINT,), "fpga-2": ()}
+    finally:
+        node.stop(grace=0)

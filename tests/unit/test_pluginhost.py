@@ -177,6 +177,7 @@ def test_loads_exactly_the_configured_plugins_in_order() -> None:
     assert not {"nvidia_gpu", "amd_ainic", "composite"} & set(registered)
     assert host.driver_names() == {"example_fpga": FPGA, "cpu": "cpu.drakit.io"}
     assert host.hook_implementations("example_fpga") == [
+        "drakit_device_health",
         "drakit_discover_devices",
         "drakit_prepare_devices",
     ]
@@ -196,6 +197,7 @@ def test_sections_are_validated_into_the_plugins_model() -> None:
         "driver": "cards.example.org",
         "strategy": None,
         "count": 5,
+        "unhealthy": [],
     }
     assert ctx.driver_name == "cards.example.org"
     assert ctx.name == "example_fpga"
@@ -557,8 +559,9 @@ class Plugin:
 
 def test_health_is_collected_per_backend(entry_points: EntryPoints) -> None:
     entry_points.install("drakit.plugins", "watched", FAN_WATCH)
-    health = make_host({"example_fpga": {}, "watched": {}}).health()
-    assert list(health) == ["watched"]
+    health = make_host({"example_fpga": {"count": 1}, "watched": {}}).health()
+    assert list(health) == ["example_fpga", "watched"]
+    assert [(h.device, h.health) for h in health["example_fpga"]] == [("fpga-0", "Healthy")]
     [report] = health["watched"]
     assert isinstance(report, DeviceHealth)
     assert (report.device, report.health, report.message) == ("fpga-0", "Unhealthy", "fan stalled")
