@@ -106,7 +106,8 @@ def test_prepare_returns_cdi_ids_and_writes_one_spec(
     assert [p.name for p in specs] == [f"k8s.{GPU}-claim_{ref.uid}.json"]
     spec = json.loads(specs[0].read_text())
     assert spec["kind"] == f"k8s.{GPU}/claim"
-    assert spec["cdiVersion"] == "0.5.0"  # device names may start with a digit (the UID)
+    # CDI device names that start with a digit (a UID can) need spec version 0.5.0
+    assert spec["cdiVersion"] == ("0.5.0" if ref.uid[0].isdigit() else "0.3.0")
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
 
 
@@ -445,3 +446,29 @@ def test_unhealthy_devices_are_streamed_and_tainted_when_configured(tmp_path: Pa
         assert taints == {"fpga-0": (), "fpga-1": (UNHEALTHY_TAINT,), "fpga-2": ()}
     finally:
         node.stop(grace=0)
+
+
+@pytest.mark.parametrize(
+    ("first_device_name", "edits", "version"),
+    [
+        ("abc-gpu-0", {}, "0.3.0"),
+        ("1bc-gpu-0", {}, "0.5.0"),
+        (
+            "abc-gpu-0",
+            {"mounts": [{"hostPath": "/a", "containerPath": "/a", "type": "bind"}]},
+            "0.4.0",
+        ),
+        ("abc-gpu-0", {"deviceNodes": [{"path": "/dev/x", "hostPath": "/dev/y"}]}, "0.5.0"),
+        ("abc-gpu-0", {"netDevices": [{"hostInterfaceName": "eth1", "name": "net1"}]}, "1.1.0"),
+    ],
+)
+def test_cdi_version_is_the_lowest_that_expresses_the_spec(
+    first_device_name: str, edits: dict[str, Any], version: str
+) -> None:
+    from drakit.cdi import min_cdi_version
+
+    spec = {
+        "kind": "k8s.x/claim",
+        "devices": [{"name": first_device_name, "containerEdits": edits}],
+    }
+    assert min_cdi_version(spec) == version
