@@ -12,10 +12,7 @@ closes and reopens: the shared control plane keeps running for the other tests.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import socket
 import threading
 import time
 import urllib.parse
@@ -25,6 +22,7 @@ from typing import Any
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
+from tests.e2e.nodeproc import Proxy, kubeconfig_via
 
 from drakit.config import DrakitSettings
 from drakit.inventory import build_inventory
@@ -79,68 +77,6 @@ class Publishing:
         assert not self.thread.is_alive(), "publisher did not stop"
 
 
-class Proxy:
-    """A TCP forwarder to the API server that can be closed (connection refused) and reopened."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.port = 0
-        self._listener: socket.socket | None = None
-        self._conns: set[socket.socket] = set()
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lst.bind(("127.0.0.1", self.port))
-        self.port = lst.getsockname()[1]
-        lst.listen(64)
-        self._listener = lst
-        threading.Thread(target=self._accept, args=(lst,), daemon=True).start()
-
-    def stop(self) -> None:
-        """Close the listener and cut every open connection (watches included)."""
-        lst, self._listener = self._listener, None
-        if lst is not None:
-            with contextlib.suppress(OSError):
-                lst.shutdown(socket.SHUT_RDWR)
-            lst.close()
-        with self._lock:
-            conns, self._conns = self._conns, set()
-        for c in conns:
-            with contextlib.suppress(OSError):
-                c.shutdown(socket.SHUT_RDWR)
-            c.close()
-
-    def _accept(self, lst: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = lst.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._conns |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-
 @pytest.fixture
 def proxy(control_plane: ControlPlane) -> Iterator[Proxy]:
     p = Proxy(("127.0.0.1", control_plane.api_port))
@@ -149,15 +85,6 @@ def proxy(control_plane: ControlPlane) -> Iterator[Proxy]:
         yield p
     finally:
         p.stop()
-
-
-def kubeconfig_via(control_plane: ControlPlane, port: int, tmp_path: Path) -> Path:
-    """The admin kubeconfig, pointed at 127.0.0.1:<port> (same certificate, same IP)."""
-    cfg = json.loads(control_plane.kubeconfig.read_text())
-    cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
-    path = tmp_path / "kubeconfig-proxy"
-    path.write_text(json.dumps(cfg))
-    return path
 
 
 # ------------------------------------------------------------------- helpers
@@ -350,7 +277,9 @@ def test_unreachable_api_server_backs_off_and_recovers(
 ) -> None:
     name = node["metadata"]["name"]
     pools = pools_for(name, [gpu(i) for i in range(10)], [gpu(i) for i in range(4)])
-    via_proxy = KubeClient.from_kubeconfig(kubeconfig_via(control_plane, proxy.port, tmp_path))
+    via_proxy = KubeClient.from_kubeconfig(
+        kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
+    )
     pub = publisher(via_proxy, node, lambda: pools, interval=1.0)
     try:
         with Publishing(pub):
