@@ -10,9 +10,9 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import grpc
 
@@ -25,6 +25,8 @@ from drakit.models import ClaimPrepareResult, ClaimRef, ClaimUnprepareResult, Pr
 __all__ = ["DRAPluginV1Servicer", "DRAPluginV1beta1Servicer", "NodeHandler", "NodeService"]
 
 logger = logging.getLogger(__name__)
+
+R = TypeVar("R", ClaimPrepareResult, ClaimUnprepareResult)
 
 _request_ids = itertools.count(1)
 
@@ -122,29 +124,7 @@ class NodeService:
         Returns:
             Results keyed by claim UID, in request order.
         """
-        if not claims:
-            return {}
-        rid = next(_request_ids)
-        logger.debug(
-            "[%d] NodePrepareResources(%s) driver=%s claims=%s",
-            rid,
-            api,
-            self._driver,
-            [c.uid for c in claims],
-        )
-        try:
-            with self._locked():
-                raw = dict(self._handler.prepare(claims))
-        except Exception as exc:
-            logger.exception("[%d] prepare handler of driver %s failed", rid, self._driver)
-            err = f"prepare failed: {type(exc).__name__}: {exc}"
-            return {c.uid: ClaimPrepareResult(error=err) for c in claims}
-        missing = ClaimPrepareResult(
-            error=f"driver {self._driver} returned no result for this claim"
-        )
-        results = {c.uid: raw.pop(c.uid, missing) for c in claims}
-        self._log_results(rid, "NodePrepareResources", raw, results)
-        return results
+        return self._call("prepare", claims, api, self._handler.prepare, ClaimPrepareResult)
 
     def unprepare(self, claims: Sequence[ClaimRef], *, api: str) -> dict[str, ClaimUnprepareResult]:
         """Call the handler and return exactly one result per requested claim UID.
@@ -156,28 +136,38 @@ class NodeService:
         Returns:
             Results keyed by claim UID, in request order.
         """
+        return self._call("unprepare", claims, api, self._handler.unprepare, ClaimUnprepareResult)
+
+    def _call(
+        self,
+        op: str,
+        claims: Sequence[ClaimRef],
+        api: str,
+        handle: Callable[[Sequence[ClaimRef]], Mapping[str, R]],
+        result: type[R],
+    ) -> dict[str, R]:
         if not claims:
             return {}
+        method = f"Node{op.capitalize()}Resources"
         rid = next(_request_ids)
         logger.debug(
-            "[%d] NodeUnprepareResources(%s) driver=%s claims=%s",
+            "[%d] %s(%s) driver=%s claims=%s",
             rid,
+            method,
             api,
             self._driver,
             [c.uid for c in claims],
         )
         try:
             with self._locked():
-                raw = dict(self._handler.unprepare(claims))
+                raw = dict(handle(claims))
         except Exception as exc:
-            logger.exception("[%d] unprepare handler of driver %s failed", rid, self._driver)
-            err = f"unprepare failed: {type(exc).__name__}: {exc}"
-            return {c.uid: ClaimUnprepareResult(error=err) for c in claims}
-        missing = ClaimUnprepareResult(
-            error=f"driver {self._driver} returned no result for this claim"
-        )
+            logger.exception("[%d] %s handler of driver %s failed", rid, op, self._driver)
+            err = f"{op} failed: {type(exc).__name__}: {exc}"
+            return {c.uid: result(error=err) for c in claims}
+        missing = result(error=f"driver {self._driver} returned no result for this claim")
         results = {c.uid: raw.pop(c.uid, missing) for c in claims}
-        self._log_results(rid, "NodeUnprepareResources", raw, results)
+        self._log_results(rid, method, raw, results)
         return results
 
     def _log_results(
