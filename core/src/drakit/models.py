@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
     "AllocatedDevice",
@@ -51,7 +51,11 @@ def _check_quantity(value: str | int) -> str:
     return text
 
 
-Quantity = Annotated[str, Field(description="A Kubernetes resource quantity such as 8 or 80Gi")]
+Quantity = Annotated[
+    str,
+    BeforeValidator(_check_quantity),
+    Field(description="A Kubernetes resource quantity such as 8 or 80Gi"),
+]
 """A Kubernetes quantity string (``8``, ``80Gi``, ``500m``)."""
 
 
@@ -139,10 +143,6 @@ class ValidRange(_Frozen):
     max: Quantity | None = None
     step: Quantity | None = None
 
-    _q = field_validator("min", "max", "step", mode="before")(
-        lambda v: None if v is None else _check_quantity(v)
-    )
-
 
 class RequestPolicy(_Frozen):
     """How much of a consumable capacity one claim may take (DRAConsumableCapacity)."""
@@ -171,8 +171,6 @@ class DeviceCapacity(_Frozen):
             return {"value": data}
         return data
 
-    _q = field_validator("value", mode="before")(_check_quantity)
-
 
 class CounterSet(_Frozen):
     """A set of shared counters (KEP-4815) that partitionable devices consume from."""
@@ -180,26 +178,12 @@ class CounterSet(_Frozen):
     name: str
     counters: dict[str, Quantity]
 
-    @field_validator("counters", mode="before")
-    @classmethod
-    def _quantities(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: _check_quantity(q) for k, q in v.items()}
-        return v
-
 
 class CounterConsumption(_Frozen):
     """How much of a counter set one device consumes while allocated."""
 
     counter_set: str = Field(alias="counterSet")
     counters: dict[str, Quantity]
-
-    @field_validator("counters", mode="before")
-    @classmethod
-    def _quantities(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: _check_quantity(q) for k, q in v.items()}
-        return v
 
 
 class DeviceTaint(_Frozen):
