@@ -84,11 +84,11 @@ class CompositePlugin:
             used.update((g, n))
             chosen.append((gb, nb, g, n, dist))
         chosen.sort()
-        self._pairs = {}
+        pairs: dict[str, tuple[str, str, str, str]] = {}
         out = []
         for i, (gb, nb, g, n, dist) in enumerate(chosen):
             name = f"pair-{i}"
-            self._pairs[name] = (g, gb, n, nb)
+            pairs[name] = (g, gb, n, nb)
             attrs: dict[str, int | str] = {
                 "type": "gpu-nic-pair",
                 "gpu": g,
@@ -109,6 +109,7 @@ class CompositePlugin:
                     attributes={k: DeviceAttribute.model_validate(v) for k, v in attrs.items()},
                 )
             )
+        self._pairs = pairs  # one swap: a prepare running meanwhile sees the old or the new map
         return DeviceInventory(devices=tuple(out))
 
     @hookimpl
