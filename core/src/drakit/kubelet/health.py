@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
@@ -215,6 +215,29 @@ _V1ALPHA1_STATUS = {
 _V1_STATUS = {"Healthy": v1.HEALTHY, "Unhealthy": v1.UNHEALTHY, "Unknown": v1.UNKNOWN}
 
 
+def _wire_devices(
+    pb: Any, status: Mapping[str, int], devices: Sequence[DeviceHealth], timeout: int
+) -> list[Any]:
+    """``DeviceHealth`` messages of one health API version (v1 and v1alpha1 are field-identical).
+
+    Args:
+        pb: the version's generated ``*_pb2`` module.
+        status: health string -> that version's enum value.
+        devices: what to send.
+        timeout: ``health_check_timeout_seconds`` for every device.
+    """
+    return [
+        pb.DeviceHealth(
+            device=pb.DeviceIdentifier(pool_name=d.pool, device_name=d.device),
+            health=status[d.health],
+            last_updated_time=int(d.last_updated.timestamp()),
+            health_check_timeout_seconds=timeout,
+            message=_message(d.message),
+        )
+        for d in devices
+    ]
+
+
 class DRAResourceHealthV1alpha1Servicer(v1alpha1_grpc.DRAResourceHealthServicer):
     """``v1alpha1.DRAResourceHealth`` (kubelet 1.34+) on top of a :class:`HealthStreamer`.
 
@@ -234,16 +257,7 @@ class DRAResourceHealthV1alpha1Servicer(v1alpha1_grpc.DRAResourceHealthServicer)
         """Stream the complete device health list."""
         for devices in self._streamer.stream(context, "v1alpha1"):
             yield v1alpha1.NodeWatchResourcesResponse(
-                devices=[
-                    v1alpha1.DeviceHealth(
-                        device=v1alpha1.DeviceIdentifier(pool_name=d.pool, device_name=d.device),
-                        health=_V1ALPHA1_STATUS[d.health],
-                        last_updated_time=int(d.last_updated.timestamp()),
-                        health_check_timeout_seconds=self._timeout,
-                        message=_message(d.message),
-                    )
-                    for d in devices
-                ]
+                devices=_wire_devices(v1alpha1, _V1ALPHA1_STATUS, devices, self._timeout)
             )
 
 
@@ -266,14 +280,5 @@ class DRAResourceHealthV1Servicer(v1_grpc.DRAResourceHealthServicer):
         """Stream the complete device health list."""
         for devices in self._streamer.stream(context, "v1"):
             yield v1.NodeWatchResourcesResponse(
-                devices=[
-                    v1.DeviceHealth(
-                        device=v1.DeviceIdentifier(pool_name=d.pool, device_name=d.device),
-                        health=_V1_STATUS[d.health],
-                        last_updated_time=int(d.last_updated.timestamp()),
-                        health_check_timeout_seconds=self._timeout,
-                        message=_message(d.message),
-                    )
-                    for d in devices
-                ]
+                devices=_wire_devices(v1, _V1_STATUS, devices, self._timeout)
             )
