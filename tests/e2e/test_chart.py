@@ -451,11 +451,12 @@ def test_node_driver_cannot_create_other_slices(release: Release, node_driver: C
 def test_node_driver_cannot_update_or_delete_other_slices(
     release: Release, node_driver: Caller, where: str, driver: str, message: str
 ) -> None:
-    placement: dict[str, Any] = {
+    placements: dict[str, dict[str, Any]] = {
         "a": {"nodeName": release.node_a},
         "b": {"nodeName": release.node_b},
         "all": {"allNodes": True},
-    }[where]
+    }
+    placement = placements[where]
     name = f"{release.name}-admin-{where}-{uuid.uuid4().hex[:4]}"
     stored = release.cp.api(
         "POST", f"{RESOURCE}/resourceslices", slice_body(name, driver, **placement)
