@@ -39,12 +39,17 @@ def uv() -> str:
     ).stdout.strip()
 
 
+def base_python() -> str:
+    """The interpreter the test run's virtualenv was made from (the image has no virtualenv)."""
+    return str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
+
+
 def install(venv: Path, wheels: Path) -> subprocess.CompletedProcess[str]:
     # The caller's environment (certificates, proxies), minus the test run's virtualenv.
     env = {
         k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT"}
     }
-    env |= {"UV": uv(), "DRAKIT_IMAGE_PYTHON": sys._base_executable}
+    env |= {"UV": uv(), "DRAKIT_IMAGE_PYTHON": base_python()}
     return subprocess.run(
         ["bash", str(INSTALL), str(venv), str(wheels)],
         capture_output=True,
