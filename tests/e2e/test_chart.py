@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
-from tests.helmchart import Helm, HelmError, by_kind, helm_binary, one
+from tests.helmchart import CHART, Helm, HelmError, by_kind, helm_binary, one
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -613,3 +613,60 @@ def test_webhook_rbac_refuses(
     status, reply = webhook(method, path_fmt.format(r=RESOURCE, ns=release.namespace), body)
     assert status == 403, reply
     assert release.webhook_sa in reply["message"]
+
+
+# ------------------------------------------------------------------- helm install, upgrade
+
+
+def test_helm_install_upgrade_keeps_the_webhook_certificate(
+    control_plane: ControlPlane, helm: Helm
+) -> None:
+    """helm itself installs the chart; an upgrade reuses the CA (``lookup``) and rolls the pods."""
+    suffix = uuid.uuid4().hex[:6]
+    name, namespace = f"helm-{suffix}", f"drakit-helm-{suffix}"
+    values = helm.values_file(
+        {
+            # Class names of their own, so that this release and the applied one coexist.
+            "backends": {"cpu": {"deviceClass": {"name": f"cpu-{suffix}"}}},
+            "webhook": {
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": 2,
+                "objectSelector": {"matchLabels": {"drakit-e2e-chart-webhook": suffix}},
+            },
+        },
+        f"{name}.yaml",
+    )
+    kube = ["--kubeconfig", str(control_plane.kubeconfig), "--namespace", namespace]
+    secret_path = f"/api/v1/namespaces/{namespace}/secrets/{name}-drakit-webhook-tls"
+    webhook_path = (
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/" + f"{name}-drakit"
+    )
+    ds_path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-drakit-node"
+    try:
+        helm.run("install", name, str(CHART), *kube, "--create-namespace", "--values", str(values))
+        first = control_plane.api("GET", secret_path)["data"]["ca.crt"]
+        checksum = control_plane.api("GET", ds_path)["spec"]["template"]["metadata"]["annotations"][
+            "checksum/config"
+        ]
+        helm.run(
+            "upgrade", name, str(CHART), *kube, "--reuse-values", "--set", "config.log_level=DEBUG"
+        )
+        assert control_plane.api("GET", secret_path)["data"]["ca.crt"] == first
+        webhook = control_plane.api("GET", webhook_path)["webhooks"][0]
+        assert webhook["clientConfig"]["caBundle"] == first
+        config = control_plane.api(
+            "GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}-drakit-config"
+        )["data"]["drakit.yaml"]
+        assert yaml.safe_load(config)["log_level"] == "DEBUG"
+        annotations = control_plane.api("GET", ds_path)["spec"]["template"]["metadata"][
+            "annotations"
+        ]
+        assert annotations["checksum/config"] != checksum
+        helm.run("uninstall", name, *kube)
+        for path in (webhook_path, f"{RESOURCE}/deviceclasses/cpu-{suffix}", ds_path):
+            with pytest.raises(ControlPlaneError, match="HTTP 404"):
+                control_plane.api("GET", path)
+    finally:
+        helm.run("uninstall", name, *kube, "--ignore-not-found", check=False)
+        with contextlib.suppress(ControlPlaneError):
+            control_plane.api("DELETE", f"/api/v1/namespaces/{namespace}")
