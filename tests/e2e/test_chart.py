@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
+from tests.e2e.nodeproc import NodeDirs, NodeProcess
 from tests.helmchart import CHART, Helm, HelmError, by_kind, helm_binary, one
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -519,6 +520,41 @@ def test_node_driver_may_read_its_node_and_record_events(
         event(release, "node-a"),
     )
     assert status == 201
+
+
+def test_drakit_node_runs_with_the_charts_identity(
+    release: Release, driver_pod: dict[str, Any], node_driver: Caller
+) -> None:
+    """``drakit node`` on node A, whose kubeconfig holds only the node-bound token, becomes
+    ready (its slices published): the ClusterRole and the policy grant all it does."""
+    token_config = json.loads(release.cp.kubeconfig.read_text())
+    token_config["users"][0]["user"] = {"token": node_driver.token}
+    dirs = NodeDirs.create("dk-chart-")
+    kubeconfig = dirs.root / "node-a.kubeconfig"
+    kubeconfig.write_text(json.dumps(token_config))
+    kubeconfig.chmod(0o600)
+    plugins = yaml.safe_load(one(release.objects, "ConfigMap")["data"]["drakit.yaml"])["plugins"]
+    proc = NodeProcess(
+        kubeconfig=kubeconfig,
+        node_name=release.node_a,
+        dirs=dirs,
+        plugins=plugins,
+        profile="h200-8gpu-8ainic",
+        instance_id=driver_pod["metadata"]["uid"],
+    )
+    try:
+        with proc:
+            proc.wait_ready(timeout=120)
+            published = release.cp.api(
+                "GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={release.node_a}"
+            )["items"]
+            assert {s["spec"]["driver"] for s in published} == set(ENABLED.values())
+            assert all(s["spec"]["nodeName"] == release.node_a for s in published)
+    finally:
+        dirs.remove()
+        release.cp.api(
+            "DELETE", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={release.node_a}"
+        )
 
 
 # ------------------------------------------------------------------------------ the webhook
