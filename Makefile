@@ -3,7 +3,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 UV = $(shell hack/ensure-uv.sh)
 
-.PHONY: setup demo test lint unit e2e control-plane bench fmt
+.PHONY: setup demo test lint unit e2e control-plane helm bench fmt
 
 setup:
 	$(UV) sync --all-packages --frozen
@@ -22,10 +22,15 @@ lint: setup
 control-plane:
 	hack/control-plane/build.sh >/dev/null
 
-unit: setup
+# Builds the helm CLI that lints and renders deployments/helm/drakit (hack/helm/go.mod pins it;
+# cached under ~/.cache/drakit/helm/, a no-op when warm).
+helm:
+	hack/helm/build.sh >/dev/null
+
+unit: setup helm
 	$(UV) run pytest -m "not e2e"
 
-test: lint control-plane
+test: lint control-plane helm
 	DRAKIT_E2E_REQUIRED=1 $(UV) run pytest
 
 bench: setup

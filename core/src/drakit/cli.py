@@ -107,6 +107,7 @@ class PluginCommands(click.Group):
 
 
 @click.group(cls=PluginCommands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="drakit", prog_name="drakit")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging and tracebacks on errors.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: bool) -> None:

@@ -1,7 +1,74 @@
-{{- define "drakit.name" -}}drakit{{- end -}}
 {{- define "drakit.labels" -}}
 app.kubernetes.io/name: drakit
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
-{{- define "drakit.sa" -}}{{ .Release.Name }}-drakit{{- end -}}
+
+{{- define "drakit.selector" -}}
+app.kubernetes.io/name: drakit
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "drakit.fullname" -}}{{ .Release.Name }}-drakit{{- end -}}
+{{- define "drakit.sa" -}}{{ include "drakit.fullname" . }}-node{{- end -}}
+{{- define "drakit.webhookSa" -}}{{ include "drakit.fullname" . }}-webhook{{- end -}}
+{{- define "drakit.webhookService" -}}{{ include "drakit.fullname" . }}-webhook{{- end -}}
+{{- define "drakit.webhookSecret" -}}
+{{- if eq .Values.webhook.tls.source "secret" -}}{{ .Values.webhook.tls.secretName }}{{- else -}}{{ include "drakit.fullname" . }}-webhook-tls{{- end -}}
+{{- end -}}
+
+{{- define "drakit.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The enabled backends in pluginOrder, as a JSON list of names; fails when there is none. */}}
+{{- define "drakit.enabled" -}}
+{{- $names := list -}}
+{{- range $name := .Values.pluginOrder -}}
+{{- $b := index $.Values.backends $name | default dict -}}
+{{- if not (hasKey $.Values.backends $name) -}}
+{{- fail (printf "pluginOrder: %q has no entry in backends; add backends.%s or remove it from pluginOrder" $name $name) -}}
+{{- end -}}
+{{- if $b.enabled -}}{{- $names = append $names $name -}}{{- end -}}
+{{- end -}}
+{{- range $name, $b := .Values.backends -}}
+{{- if and $b.enabled (not (has $name $.Values.pluginOrder)) -}}
+{{- fail (printf "backends.%s is enabled but not in pluginOrder; add it to pluginOrder (the load order)" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $names -}}
+{{- fail "backends: no backend is enabled; set backends.<name>.enabled=true for at least one (cpu, nvidia_gpu, amd_gpu, amd_ainic, composite)" -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{/* The driver names of the enabled backends, as a JSON list. */}}
+{{- define "drakit.drivers" -}}
+{{- $drivers := list -}}
+{{- range $name := include "drakit.enabled" . | fromJsonArray -}}
+{{- $drivers = append $drivers (index $.Values.backends $name).driver -}}
+{{- end -}}
+{{- toJson $drivers -}}
+{{- end -}}
+
+{{/* true when an enabled backend needs a privileged container. */}}
+{{- define "drakit.privileged" -}}
+{{- $p := false -}}
+{{- range $name := include "drakit.enabled" . | fromJsonArray -}}
+{{- if (index $.Values.backends $name).privileged -}}{{- $p = true -}}{{- end -}}
+{{- end -}}
+{{- $p -}}
+{{- end -}}
+
+{{/* drakit.yaml: `config`, then the enabled backends' sections in load order. */}}
+{{- define "drakit.config" -}}
+{{- with .Values.config }}{{ toYaml . }}{{ "\n" }}{{ end -}}
+plugins:
+{{- range $name := include "drakit.enabled" . | fromJsonArray }}
+{{- $b := index $.Values.backends $name }}
+  {{ $name }}:
+    {{- toYaml (merge (dict "driver" $b.driver) ($b.config | default dict)) | nindent 4 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,348 @@
+"""The Helm chart, linted and rendered by the real helm CLI for every backend set.
+
+What the server says about the rendered objects is in ``tests/e2e/test_chart.py``; here: the
+chart renders, the schema refuses bad values naming the key, and what is rendered follows the
+values (backends, privileges, drivers in the admission policy, drakit.yaml that drakit accepts).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.helmchart import (
+    BACKEND_SETS,
+    CHART,
+    Helm,
+    HelmError,
+    backend_values,
+    by_kind,
+    helm_binary,
+    one,
+)
+
+from drakit.cli import main
+
+# The first test may build helm on a cold cache (make test builds it beforehand).
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("clean_drakit_env")]
+
+DRIVERS = {
+    "cpu": "cpu.drakit.io",
+    "nvidia_gpu": "gpu.nvidia.drakit.io",
+    "amd_gpu": "gpu.amd.drakit.io",
+    "amd_ainic": "ainic.amd.drakit.io",
+    "composite": "pairs.composite.drakit.io",
+}
+CLASSES = {
+    "cpu": "cpu",
+    "nvidia_gpu": "nvidia-gpu",
+    "amd_gpu": "amd-gpu",
+    "amd_ainic": "amd-ainic",
+    "composite": "gpu-nic-pair",
+}
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Helm]:
+    work = tmp_path_factory.mktemp("helm")
+    try:
+        binary = helm_binary()
+    except HelmError as exc:
+        pytest.fail(f"helm unavailable: {exc}", pytrace=False)
+    yield Helm(binary, work)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def enabled_in(name: str) -> tuple[str, ...]:
+    return BACKEND_SETS[name] or ("cpu",)
+
+
+def drakit_yaml(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(one(objects, "ConfigMap")["data"]["drakit.yaml"])
+    return loaded
+
+
+def node_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    return container
+
+
+@pytest.mark.parametrize("backend_set", list(BACKEND_SETS))
+def test_lint_strict(helm: Helm, backend_set: str) -> None:
+    values = helm.values_file(backend_values(BACKEND_SETS[backend_set]), f"{backend_set}.yaml")
+    proc = helm.run("lint", "--strict", str(CHART), "--values", str(values))
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+
+
+@pytest.mark.parametrize("backend_set", list(BACKEND_SETS))
+def test_template_renders_the_backends(helm: Helm, backend_set: str) -> None:
+    enabled = enabled_in(backend_set)
+    objects = helm.template(backend_values(BACKEND_SETS[backend_set]))
+
+    kinds = sorted({o["kind"] for o in objects})
+    assert kinds == sorted(
+        {
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet",
+            "DeviceClass",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "Secret",
+            "Deployment",
+            "Service",
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        }
+    )
+    # drakit.yaml loads the enabled backends in pluginOrder, each with its driver.
+    plugins = drakit_yaml(objects)["plugins"]
+    assert list(plugins) == list(enabled)
+    assert {name: section["driver"] for name, section in plugins.items()} == {
+        name: DRIVERS[name] for name in enabled
+    }
+    # One DeviceClass per enabled backend, selecting its driver.
+    classes = {
+        c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
+        for c in by_kind(objects, "DeviceClass")
+    }
+    assert classes == {CLASSES[n]: f'device.driver == "{DRIVERS[n]}"' for n in enabled}
+    # The admission policy lets the node driver write slices of exactly these drivers.
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert json.loads(variables["drivers"]) == [DRIVERS[n] for n in enabled]
+
+
+@pytest.mark.parametrize("backend_set", list(BACKEND_SETS))
+def test_security_context_is_the_least_each_backend_needs(helm: Helm, backend_set: str) -> None:
+    enabled = enabled_in(backend_set)
+    objects = helm.template(backend_values(BACKEND_SETS[backend_set]))
+    ctx = node_container(objects)["securityContext"]
+    if "nvidia_gpu" in enabled:
+        assert ctx["privileged"] is True
+    else:
+        assert ctx["privileged"] is False
+        assert ctx["allowPrivilegeEscalation"] is False
+        assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert ctx["readOnlyRootFilesystem"] is True
+    webhook = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert webhook["securityContext"]["runAsNonRoot"] is True
+    assert webhook["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_daemonset_mounts_probes_and_updates(helm: Helm) -> None:
+    objects = helm.template({"kubeletDir": "/srv/kubelet", "cdiDir": "/etc/cdi"})
+    ds = one(objects, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    container = node_container(objects)
+    assert ds["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert pod["priorityClassName"] == "system-node-critical"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host == {
+        "plugins-registry": "/srv/kubelet/plugins_registry",
+        "plugins": "/srv/kubelet/plugins",
+        "cdi": "/etc/cdi",
+        "state": "/var/lib/drakit",
+        "sys": "/sys",
+    }
+    for name, path in host.items():
+        assert mounts[name]["mountPath"] == path
+    assert mounts["sys"]["readOnly"] is True
+    assert "--kubelet-dir=/srv/kubelet" in container["args"]
+    assert "--cdi-dir=/etc/cdi" in container["args"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"NODE_NAME": "spec.nodeName", "POD_UID": "metadata.uid"}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"] == {"cpu": "50m", "memory": "128Mi"}
+
+
+def test_webhook_configurations(helm: Helm) -> None:
+    objects = helm.template()
+    mutating = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
+    validating = one(objects, "ValidatingWebhookConfiguration")["webhooks"][0]
+    secret = one(objects, "Secret")
+    assert mutating["clientConfig"]["service"]["path"] == "/mutate-pods"
+    assert validating["clientConfig"]["service"]["path"] == "/validate-claims"
+    # The chart made the CA, and both configurations trust it.
+    assert mutating["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert validating["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert mutating["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert "composite.drakit.io/gpu-nic-pairs" in mutating["matchConditions"][0]["expression"]
+    assert validating["rules"][0]["resources"] == [
+        "resourceclaims",
+        "resourceclaimtemplates",
+        "deviceclasses",
+    ]
+    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:1] == ["webhook"]
+    assert "--port=8443" in args
+
+
+def test_cert_manager_tls(helm: Helm) -> None:
+    objects = helm.template({"webhook": {"tls": {"source": "certManager"}}})
+    assert sorted(o["kind"] for o in objects if o["apiVersion"] == "cert-manager.io/v1") == [
+        "Certificate",
+        "Issuer",
+    ]
+    assert not by_kind(objects, "Secret")
+    annotation = one(objects, "ValidatingWebhookConfiguration")["metadata"]["annotations"]
+    assert annotation == {"cert-manager.io/inject-ca-from": "drakit/drakit-drakit-webhook"}
+
+
+def test_webhook_can_be_left_out(helm: Helm) -> None:
+    objects = helm.template({"webhook": {"enabled": False}})
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"Deployment", "Service", "Secret", "MutatingWebhookConfiguration"}
+    assert [o["metadata"]["name"] for o in by_kind(objects, "ServiceAccount")] == [
+        "drakit-drakit-node"
+    ]
+
+
+def test_extended_resource_names(helm: Helm) -> None:
+    objects = helm.template(
+        {
+            "backends": {"cpu": {"deviceClass": {"extendedResourceName": "drakit.io/cpu"}}},
+            "extraDeviceClasses": [
+                {"name": "gpu-nic-pair-numa0", "driver": "pairs.composite.drakit.io"}
+            ],
+        }
+    )
+    specs = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "DeviceClass")}
+    assert specs["cpu"]["extendedResourceName"] == "drakit.io/cpu"
+    assert "extendedResourceName" not in specs["gpu-nic-pair-numa0"]
+
+
+@pytest.mark.parametrize("version", ["1.34.0", "1.35.0", "1.36.0", "1.37.2"])
+def test_supported_kubernetes_versions(helm: Helm, version: str) -> None:
+    assert helm.template(extra=["--kube-version", version])
+
+
+def test_older_kubernetes_is_refused(helm: Helm) -> None:
+    with pytest.raises(HelmError, match=r"requires kubeVersion: >=1\.34"):
+        helm.template(extra=["--kube-version", "1.33.0"])
+
+
+BAD_VALUES = [
+    pytest.param({"backends": {"cpu": {"enabled": "yes"}}}, "/backends/cpu/enabled", id="type"),
+    pytest.param({"nodeSelector": {"a": "b"}}, "nodeSelector", id="unknown-key"),
+    pytest.param({"backends": {"cpu": {"driver": "CPU_driver"}}}, "/backends/cpu/driver", id="drv"),
+    pytest.param({"kubeletDir": "var/lib/kubelet"}, "/kubeletDir", id="relative-path"),
+    pytest.param({"webhook": {"failurePolicy": "Sometimes"}}, "/webhook/failurePolicy", id="enum"),
+    pytest.param({"metrics": {"port": 70000}}, "/metrics/port", id="port"),
+    pytest.param({"config": {"plugins": {"cpu": {}}}}, "plugins", id="plugins-in-config"),
+    pytest.param(
+        {"backends": {"cpu": {"deviceClass": {"extendedResourceName": "cpu"}}}},
+        "/backends/cpu/deviceClass/extendedResourceName",
+        id="extended-resource-name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "field"), BAD_VALUES)
+def test_schema_refuses_bad_values(helm: Helm, values: dict[str, Any], field: str) -> None:
+    with pytest.raises(HelmError) as info:
+        helm.template(values)
+    message = str(info.value)
+    assert "values don't meet the specifications of the schema" in message
+    assert field in message
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        pytest.param(
+            {"backends": {"cpu": {"enabled": False}}},
+            "backends: no backend is enabled; set backends.<name>.enabled=true",
+            id="no-backend",
+        ),
+        pytest.param(
+            {"pluginOrder": ["cpu", "tpu"]},
+            'pluginOrder: "tpu" has no entry in backends',
+            id="order-unknown",
+        ),
+        pytest.param(
+            {"webhook": {"tls": {"source": "secret"}}},
+            "webhook.tls.source=secret needs webhook.tls.secretName",
+            id="tls-secret",
+        ),
+    ],
+)
+def test_template_refuses_inconsistent_values(
+    helm: Helm, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(HelmError, match=message.replace(".", r"\.").replace("<", ".")):
+        helm.template(values)
+
+
+def installed(plugins: tuple[str, ...]) -> list[str]:
+    names = {ep.name for ep in importlib.metadata.entry_points(group="drakit.plugins")}
+    return [p for p in plugins if p not in names]
+
+
+@pytest.mark.parametrize("backend_set", list(BACKEND_SETS))
+def test_rendered_config_is_valid_for_drakit(
+    helm: Helm, backend_set: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    enabled = enabled_in(backend_set)
+    missing = installed(enabled)
+    if missing:
+        pytest.skip(f"backend distribution(s) {missing} not installed in this checkout")
+    config = tmp_path / "drakit.yaml"
+    objects = helm.template(backend_values(BACKEND_SETS[backend_set]))
+    config.write_text(one(objects, "ConfigMap")["data"]["drakit.yaml"])
+    code, out, err = run_drakit(["config", "validate", str(config)], capsys)
+    assert (code, err) == (0, "")
+    assert out == f"{config}: valid ({', '.join(enabled)})\n"
+
+
+def run_drakit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run ``drakit ARGV`` in-process; return (exit code, stdout, stderr)."""
+    code: int | str | None = 0
+    try:
+        main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return (code if isinstance(code, int) else 1), out, err
+
+
+def test_device_classes_match_drakit_deviceclasses(
+    helm: Helm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The chart's DeviceClasses are the objects ``drakit deviceclasses`` prints."""
+    missing = installed(BACKEND_SETS["all"])
+    if missing or run_drakit(["deviceclasses", "--help"], capsys)[0] != 0:
+        pytest.skip(f"`drakit deviceclasses` or backends {missing} not in this checkout")
+    objects = helm.template(backend_values(BACKEND_SETS["all"]))
+    config = tmp_path / "drakit.yaml"
+    config.write_text(one(objects, "ConfigMap")["data"]["drakit.yaml"])
+    code, out, err = run_drakit(["deviceclasses", "--config", str(config), "-o", "json"], capsys)
+    assert (code, err) == (0, "")
+    printed = json.loads(out)
+    items = printed["items"] if isinstance(printed, dict) else printed
+    want = {c["metadata"]["name"]: c["spec"] for c in items}
+    got = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "DeviceClass")}
+    assert {name: want.get(name) for name in got} == got
