@@ -237,6 +237,11 @@ def config() -> None:
     show_default=True,
     help="Fully qualified attribute to align on.",
 )
+@click.option(
+    "--required",
+    is_flag=True,
+    help="Make the topology constraint hard (the claim waits until a node meets it).",
+)
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
 def shape(
     strategy: str,
@@ -244,16 +249,25 @@ def shape(
     count: int,
     name: str,
     align: str,
+    required: bool,
     config_path: Path | None,
 ) -> None:
-    """Print the ResourceClaim `spec.devices` a strategy makes of a simple request."""
+    """Print the ResourceClaim `spec.devices` a strategy makes of a simple request.
+
+    The shipped strategies prefer their alignment and fall back to any placement
+    (`firstAvailable`); `--required` makes the alignment a hard constraint.
+    """
     from drakit.models import NodeInfo  # noqa: PLC0415
     from drakit.pluginhost import PluginHost  # noqa: PLC0415
     from drakit.strategy_models import SimpleRequest  # noqa: PLC0415
 
     try:
         request = SimpleRequest(
-            name=name, device_class=device_class, count=count, align_attribute=align
+            name=name,
+            device_class=device_class,
+            count=count,
+            align_attribute=align,
+            required=required,
         )
     except ValidationError as e:
         raise ConfigInvalid(validation_errors(e)) from e

@@ -243,10 +243,11 @@ def drakit_publish_order(strategy: str, devices: Sequence[Device]) -> Sequence[D
 def drakit_shape_request(strategy: str, request: SimpleRequest) -> ShapedClaim | None:
     """Turn a simple request ("4 GPU-NIC pairs", "20 CPUs") into DRA requests and constraints.
 
-    Used by the admission webhook and ``drakit shape``. ``packed`` answers with a
-    ``matchAttribute`` constraint, ``distributed`` with ``distinctAttribute``, ``numa-preferred``
-    with a ``firstAvailable`` list whose first choice is constrained and whose last is not, so a
-    pod never stays Pending only because no single NUMA node has room.
+    Used by the admission webhook and ``drakit shape``. ``packed`` and ``numa-preferred``
+    answer with a ``firstAvailable`` list whose first choice is constrained with
+    ``matchAttribute`` and whose last is not, ``distributed`` likewise with
+    ``distinctAttribute``, so a pod never stays Pending only because no single NUMA node has
+    room; a hard constraint appears only when ``request.required`` is set.
 
     Returns:
         A :class:`~drakit.strategy_models.ShapedClaim`, or ``None`` when this implementation
