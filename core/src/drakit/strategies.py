@@ -80,9 +80,7 @@ def _exact(request: SimpleRequest, count: int | None = None) -> dict[str, Any]:
     return body
 
 
-def _ladder(
-    request: SimpleRequest, rungs: Sequence[tuple[str, str, str]]
-) -> ShapedClaim:
+def _ladder(request: SimpleRequest, rungs: Sequence[tuple[str, str, str]]) -> ShapedClaim:
     """``firstAvailable`` of ``rungs`` (``(name, constraint kind, attribute)``), then ``any``.
 
     Each rung's constraint names only its own subrequest, so it binds only while the scheduler
