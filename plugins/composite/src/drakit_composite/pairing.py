@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -30,7 +31,16 @@ from scipy.optimize import linear_sum_assignment
 
 from drakit.sysfs import PciFunction, pci_distance
 
-__all__ = ["COUPLINGS", "TIER", "Coupling", "Member", "Pair", "coupling_of", "pair_members"]
+__all__ = [
+    "COUPLINGS",
+    "TIER",
+    "Coupling",
+    "Member",
+    "Pair",
+    "coupling_of",
+    "numa_sockets",
+    "pair_members",
+]
 
 Coupling = Literal["switch", "root", "numa", "system"]
 COUPLINGS: tuple[Coupling, ...] = ("switch", "root", "numa", "system")
@@ -123,3 +133,28 @@ def pair_members(
         c, hops = info[i, j]
         out.append(Pair(gpu=g[i], nic=n[j], coupling=c, hops=hops, distance=_distance(c, hops)))
     return sorted(out, key=lambda p: (p.gpu.pci.bdf, p.nic.pci.bdf))
+
+
+def numa_sockets(sysfs_root: str | Path) -> dict[int, int]:
+    """NUMA node -> CPU socket (``physical_package_id`` of the node's first CPU), from sysfs.
+
+    Nodes without CPUs, or whose files are unreadable, are left out.
+    """
+    nodes = Path(sysfs_root) / "sys" / "devices" / "system" / "node"
+    cpus = Path(sysfs_root) / "sys" / "devices" / "system" / "cpu"
+    out: dict[int, int] = {}
+    if not nodes.is_dir():
+        return out
+    for entry in nodes.iterdir():
+        if not entry.name.startswith("node") or not entry.name[4:].isdigit():
+            continue
+        try:
+            first = (entry / "cpulist").read_text(encoding="ascii").strip().split(",")[0]
+            cpu = int(first.split("-")[0])
+            package = (cpus / f"cpu{cpu}" / "topology" / "physical_package_id").read_text(
+                encoding="ascii"
+            )
+            out[int(entry.name[4:])] = int(package.strip())
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+    return out

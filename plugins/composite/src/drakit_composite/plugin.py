@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
+from drakit.deviceclasses import DeviceClassSpec
 from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
@@ -33,13 +34,27 @@ from drakit.models import (
     PreparedDevice,
 )
 from drakit.sysfs import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, PciFunction, read_pci_functions
-from drakit_composite.pairing import Member, Pair, pair_members
+from drakit_composite.pairing import Member, Pair, numa_sockets, pair_members
 from drakit_composite.settings import CompositeSettings
 
-__all__ = ["GPU_MEMORY", "NIC_BANDWIDTH", "PAIR_CLASS", "CompositePlugin", "CompositeSettings"]
+__all__ = [
+    "EXTENDED_RESOURCE_DOMAIN",
+    "GPU_MEMORY",
+    "NIC_BANDWIDTH",
+    "PAIR_CLASS",
+    "SOCKET",
+    "CompositePlugin",
+    "CompositeSettings",
+]
 
 PAIR_CLASS = "gpu-nic-pair"
 """The DeviceClass of every pair; ``gpu-nic-pair-numa<k>`` holds the pairs of NUMA node k."""
+
+SOCKET = "socket"
+"""Attribute (in the driver's domain): the CPU socket of the pair's NUMA node."""
+
+EXTENDED_RESOURCE_DOMAIN = "composite.drakit.io"
+"""Default extended resources: ``composite.drakit.io/gpu-nic-pair[-numa<k>]``."""
 
 GPU_MEMORY = "gpu-memory"
 NIC_BANDWIDTH = "nic-bandwidth"
@@ -101,6 +116,7 @@ class CompositePlugin:
             self._pairs = {}
             return None
         by_name = {k.device: d for k, d in devices.items()}
+        sockets = numa_sockets(node.sysfs_root)
         out: list[Device] = []
         sets: list[CounterSet] = []
         names: dict[str, Pair] = {}
@@ -119,8 +135,11 @@ class CompositePlugin:
             groot, nroot = p.gpu.pci.pcie_root, p.nic.pci.pcie_root
             if groot and groot == nroot:
                 attrs[PCIE_ROOT] = groot
-            if p.gpu.pci.numa_node is not None:
-                attrs[NUMA_NODE] = p.gpu.pci.numa_node
+            numa = p.gpu.pci.numa_node
+            if numa is not None:
+                attrs[NUMA_NODE] = numa
+                if numa in sockets:
+                    attrs[SOCKET] = sockets[numa]
             consumes: tuple[CounterConsumption, ...] = ()
             counters = _counters(by_name[p.gpu.name], by_name[p.nic.name])
             if self.settings.quota_counters and counters:
@@ -135,6 +154,36 @@ class CompositePlugin:
             )
         self._pairs = names  # one swap: a prepare running meanwhile sees the old or the new map
         return DeviceInventory(devices=tuple(out), counter_sets=tuple(sets))
+
+    @hookimpl
+    def drakit_device_classes(self) -> list[DeviceClassSpec]:
+        """``gpu-nic-pair`` and one ``gpu-nic-pair-numa<k>`` per NUMA node (``numa_classes``).
+
+        Each class has an extended resource of the same name in ``composite.drakit.io``, so a
+        pod can ask for ``composite.drakit.io/gpu-nic-pair-numa0: 2`` with no webhook.
+        """
+        out = [
+            DeviceClassSpec(
+                name=PAIR_CLASS,
+                extended_resource_name=f"{EXTENDED_RESOURCE_DOMAIN}/{PAIR_CLASS}",
+                description="A GPU and the NIC closest to it, allocated together",
+            )
+        ]
+        domain = '"resource.kubernetes.io"'
+        for k in range(self.settings.numa_classes):
+            name = f"{PAIR_CLASS}-numa{k}"
+            out.append(
+                DeviceClassSpec(
+                    name=name,
+                    selectors=(
+                        f"has(device.attributes[{domain}].numaNode) && "
+                        f"device.attributes[{domain}].numaNode == {k}",
+                    ),
+                    extended_resource_name=f"{EXTENDED_RESOURCE_DOMAIN}/{name}",
+                    description=f"A GPU-NIC pair on NUMA node {k}",
+                )
+            )
+        return out
 
     @hookimpl
     def drakit_prepare_devices(self, claim: ClaimInfo) -> Sequence[PreparedDevice]:
