@@ -59,7 +59,7 @@ def apply_patch(obj: dict[str, Any], patch: tuple[dict[str, Any], ...]) -> dict[
         *parents, last = [
             p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
         ]
-        target = out
+        target: Any = out
         for p in parents:
             target = target[int(p)] if isinstance(target, list) else target[p]
         if isinstance(target, list):
