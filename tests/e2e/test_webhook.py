@@ -93,7 +93,7 @@ def classes(control_plane: ControlPlane, webhook: WebhookProcess) -> Iterator[li
 
 def h200_node(control_plane: ControlPlane, fake_node: Callable[..., dict[str, Any]]) -> str:
     """A fake node publishing the h200 profile's slices; its name."""
-    node = fake_node()["metadata"]["name"]
+    node = str(fake_node()["metadata"]["name"])
     settings = DrakitSettings(profile=PROFILE, node_name=node, plugins={n: {} for n in PLUGINS})
     with open_host(settings) as host:
         for obj in build_inventory(host).slices():
