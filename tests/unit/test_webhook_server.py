@@ -135,3 +135,32 @@ def test_unreadable_files_fail_at_start(tmp_path: Path) -> None:
     engine = Admission(host, KubeClient(object()), AdmissionSettings())
     with pytest.raises(FileNotFoundError):
         WebhookServer(engine, tmp_path / "no.crt", tmp_path / "no.key", port=0)
+
+
+def test_the_command_refuses_a_bad_certificate_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from drakit.cli import main
+
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    args = ["webhook", "--cert-file", str(bad), "--key-file", str(bad), "--port", "0"]
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--kubeconfig", str(kubeconfig), "--address", "127.0.0.1"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("drakit: error: cannot serve on 127.0.0.1:0 with ")
+    assert len(err.strip().splitlines()) == 1
