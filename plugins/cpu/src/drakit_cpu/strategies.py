@@ -19,10 +19,10 @@ capacity, and its ``distinctAttribute`` constraint (which names the subrequest, 
 binds when that alternative is tried) makes the ``k`` devices lie on ``k`` different NUMA
 nodes. The scheduler takes the first alternative the node can satisfy, i.e. the widest even
 split this node has room for: 4 ways on a 4-NUMA node, 2 on a 2-NUMA node, 1 on a 1-NUMA node,
-from the same claim. Widths that do not divide ``N`` are left out (splits are always even). The last choice,
-``split-1``, has no constraint, so the claim is never unsatisfiable because of the spread; a
-request with ``required`` set leaves it out (the CPUs must then span at least two NUMA nodes,
-and the claim waits until a node can do that).
+from the same claim. Widths that do not divide ``N`` are left out (splits are always even).
+The last choice, ``split-1``, has no constraint, so the claim is never unsatisfiable because
+of the spread; a request with ``required`` set leaves it out (the CPUs must then span at
+least two NUMA nodes, and the claim waits until a node can do that).
 Needs grouped CPU devices with ``group_by: numa`` (the capacity) and DRAConsumableCapacity
 (``distinctAttribute``, capacity requests); see ``docs/cpu-backend.md``.
 """
