@@ -78,12 +78,17 @@ def test_slices_yaml_are_resource_slices(capsys: pytest.CaptureFixture[str]) -> 
     code, out, err = run(["slices", "--profile", "h200-8gpu-8ainic", "-o", "yaml"], capsys)
     assert (code, err) == (0, "")
     docs = _slices(out)
-    assert {d["spec"]["driver"]: len(d["spec"]["devices"]) for d in docs} == {
+    devices = [d for d in docs if "sharedCounters" not in d["spec"]]
+    assert {d["spec"]["driver"]: len(d["spec"]["devices"]) for d in devices} == {
         "ainic.amd.drakit.io": 8,
         "cpu.drakit.io": 2,
         "gpu.nvidia.drakit.io": 8,
         "pairs.composite.drakit.io": 8,
     }
+    counters = [d["spec"] for d in docs if "sharedCounters" in d["spec"]]
+    assert [(c["driver"], len(c["sharedCounters"])) for c in counters] == [
+        ("pairs.composite.drakit.io", 8)
+    ]
     assert {d["spec"]["nodeName"] for d in docs} == {"h200-8gpu-8ainic"}
     names = [d["metadata"]["name"] for d in docs]
     assert len(set(names)) == len(names)

@@ -449,7 +449,8 @@ def _profile_summary(profile: str) -> dict[str, tuple[int, int]]:
 
 
 # What each profile publishes with the default backends (cpu, nvidia_gpu, amd_ainic, composite):
-# driver -> (slices, devices). CPU devices are grouped per NUMA node.
+# driver -> (slices, devices). CPU devices are grouped per NUMA node; each GPU-NIC pair has a
+# counter set of its own (GPU memory, NIC bandwidth), published in a slice of counter sets.
 EXPECTED_PROFILES: dict[str, dict[str, tuple[int, int]]] = {
     "minimal-1s": {"cpu.drakit.io": (1, 1)},
     "epyc-genoa-2s": {"cpu.drakit.io": (1, 2)},
@@ -461,13 +462,13 @@ EXPECTED_PROFILES: dict[str, dict[str, tuple[int, int]]] = {
         "cpu.drakit.io": (1, 2),
         "gpu.nvidia.drakit.io": (1, 8),
         "ainic.amd.drakit.io": (1, 8),
-        "pairs.composite.drakit.io": (1, 8),
+        "pairs.composite.drakit.io": (2, 8),  # 8 pairs + their 8 quota counter sets
     },
     "h200-8gpu-8ainic-sriov": {
         "cpu.drakit.io": (1, 2),
         "gpu.nvidia.drakit.io": (1, 8),
         "ainic.amd.drakit.io": (1, 8),
-        "pairs.composite.drakit.io": (1, 8),
+        "pairs.composite.drakit.io": (2, 8),  # 8 pairs + their 8 quota counter sets
     },
 }
 

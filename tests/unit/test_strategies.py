@@ -50,8 +50,24 @@ def test_all_shipped_strategies_are_loaded() -> None:
     assert set(SHIPPED) <= set(host().strategies)
 
 
-def test_packed_shapes_a_match_attribute_constraint() -> None:
+def test_packed_shapes_a_ladder_that_ends_unconstrained() -> None:
     shaped = host().shape("packed", GPUS)
+    assert shaped.to_api() == {
+        "requests": [
+            {
+                "name": "gpus",
+                "firstAvailable": [
+                    {"name": "aligned", "deviceClassName": "gpu.nvidia.com", "count": 4},
+                    {"name": "any", "deviceClassName": "gpu.nvidia.com", "count": 4},
+                ],
+            }
+        ],
+        "constraints": [{"requests": ["gpus/aligned"], "matchAttribute": NUMA_ATTRIBUTE}],
+    }
+
+
+def test_packed_is_hard_only_when_required() -> None:
+    shaped = host().shape("packed", GPUS.model_copy(update={"required": True}))
     assert shaped.to_api() == {
         "requests": [
             {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 4}}
@@ -60,12 +76,47 @@ def test_packed_shapes_a_match_attribute_constraint() -> None:
     }
 
 
-def test_distributed_shapes_a_distinct_attribute_constraint() -> None:
+def test_packed_tries_fallback_alignments_before_any() -> None:
+    socket = "pairs.composite.drakit.io/socket"
+    shaped = host().shape("packed", GPUS.model_copy(update={"fallback_attributes": (socket,)}))
+    [request] = shaped.requests
+    assert [s["name"] for s in request["firstAvailable"]] == ["aligned", "fallback-1", "any"]
+    assert shaped.constraints == (
+        {"requests": ["gpus/aligned"], "matchAttribute": NUMA_ATTRIBUTE},
+        {"requests": ["gpus/fallback-1"], "matchAttribute": socket},
+    )
+
+
+def test_distributed_prefers_distinct_numa_nodes_and_falls_back() -> None:
+    """4 devices on a 2-NUMA node can never be on 4 distinct NUMA nodes: the ladder's last
+    choice takes any 4, where a hard distinctAttribute would leave the pod Pending."""
     shaped = host().shape("distributed", GPUS)
+    [request] = shaped.requests
+    spread, last = request["firstAvailable"]
+    assert spread == {"name": "spread", "deviceClassName": "gpu.nvidia.com", "count": 4}
+    assert last == {"name": "any", "deviceClassName": "gpu.nvidia.com", "count": 4}
+    assert shaped.constraints == (
+        {"requests": ["gpus/spread"], "distinctAttribute": "resource.kubernetes.io/numaNode"},
+    )
+
+
+def test_distributed_is_hard_only_when_required() -> None:
+    shaped = host().shape("distributed", GPUS.model_copy(update={"required": True}))
     assert shaped.constraints == (
         {"requests": ["gpus"], "distinctAttribute": "resource.kubernetes.io/numaNode"},
     )
     assert shaped.requests[0]["exactly"]["count"] == 4
+
+
+@pytest.mark.parametrize("strategy", SHIPPED)
+def test_no_shipped_strategy_constrains_its_last_choice(strategy: str) -> None:
+    for count in (2, 4, 8):
+        shaped = host().shape(strategy, GPUS.model_copy(update={"count": count}))
+        [request] = shaped.requests
+        last = request["firstAvailable"][-1]["name"]
+        constrained = {r for c in shaped.constraints for r in c["requests"]}
+        assert f"gpus/{last}" not in constrained
+        assert "gpus" not in constrained
 
 
 def test_numa_preferred_shapes_first_available_with_an_aligned_first_choice() -> None:
@@ -119,6 +170,10 @@ def test_simple_request_validation() -> None:
         SimpleRequest(device_class="gpu", count=1, align_attribute="numaNode")
     with pytest.raises(ValueError, match="less than or equal to 128"):
         SimpleRequest(device_class="gpu", count=129)
+    with pytest.raises(ValueError, match="must be fully qualified"):
+        SimpleRequest(device_class="gpu", count=2, fallback_attributes=("socket",))
+    with pytest.raises(ValueError, match="at most 6 items"):
+        SimpleRequest(device_class="gpu", count=2, fallback_attributes=("a/b",) * 7)
 
 
 # -- publish ordering --------------------------------------------------------------------------

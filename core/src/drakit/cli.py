@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import ssl
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -238,6 +239,11 @@ def config() -> None:
     show_default=True,
     help="Fully qualified attribute to align on.",
 )
+@click.option(
+    "--required",
+    is_flag=True,
+    help="Make the topology constraint hard (the claim waits until a node meets it).",
+)
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
 def shape(
     strategy: str,
@@ -245,22 +251,54 @@ def shape(
     count: int,
     name: str,
     align: str,
+    required: bool,
     config_path: Path | None,
 ) -> None:
-    """Print the ResourceClaim `spec.devices` a strategy makes of a simple request."""
+    """Print the ResourceClaim `spec.devices` a strategy makes of a simple request.
+
+    The shipped strategies prefer their alignment and fall back to any placement
+    (`firstAvailable`); `--required` makes the alignment a hard constraint.
+    """
     from drakit.models import NodeInfo  # noqa: PLC0415
     from drakit.pluginhost import PluginHost  # noqa: PLC0415
     from drakit.strategy_models import SimpleRequest  # noqa: PLC0415
 
     try:
         request = SimpleRequest(
-            name=name, device_class=device_class, count=count, align_attribute=align
+            name=name,
+            device_class=device_class,
+            count=count,
+            align_attribute=align,
+            required=required,
         )
     except ValidationError as e:
         raise ConfigInvalid(validation_errors(e)) from e
     settings = load_settings(config_path).model_copy(update={"plugins": {}})
     host = PluginHost(settings, NodeInfo(name="shape", sysfs_root="/"))
     click.echo(yaml.safe_dump({"devices": host.shape(strategy, request).to_api()}, sort_keys=False))
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml")
+def deviceclasses(config_path: Path | None, output: str) -> None:
+    """Print the DeviceClasses of the configured backends (YAML you can `kubectl apply`)."""
+    from drakit.deviceclasses import render_device_classes  # noqa: PLC0415
+    from drakit.models import NodeInfo  # noqa: PLC0415
+    from drakit.pluginhost import PluginHost  # noqa: PLC0415
+
+    settings = effective_settings(load_settings(config_path))
+    host = PluginHost(settings, NodeInfo(name="deviceclasses", sysfs_root="/"))
+    try:
+        objs = render_device_classes(
+            host.driver_names(), host.device_classes(), settings.device_classes
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    if output == "json":
+        click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
+    else:
+        click.echo(yaml.safe_dump_all(objs, sort_keys=False), nl=False)
 
 
 @config.command("validate")
@@ -350,6 +388,59 @@ def node(
     logging.getLogger().setLevel(settings.log_level)
     kube = KubeClient.from_kubeconfig(settings.kubeconfig)
     Node(settings, kube=kube).run()
+
+
+@cli.command()
+@click.option(
+    "--cert-file", required=True, type=click.Path(path_type=Path, dir_okay=False, exists=True)
+)
+@click.option(
+    "--key-file", required=True, type=click.Path(path_type=Path, dir_okay=False, exists=True)
+)
+@click.option("--port", type=int, default=8443, show_default=True, help="HTTPS port (0: any).")
+@click.option("--address", default="0.0.0.0", show_default=True, help="Listen address.")  # noqa: S104
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--kueue", is_flag=True, help="Emit exactly requests only (Kueue-managed pods).")
+@click.option("--pair-class", default="gpu-nic-pair", show_default=True, help="Pairs' class.")
+def webhook(
+    cert_file: Path,
+    key_file: Path,
+    port: int,
+    address: str,
+    config_path: Path | None,
+    kubeconfig: Path | None,
+    kueue: bool,
+    pair_class: str,
+) -> None:
+    """Serve the admission webhook over HTTPS: /mutate-pods, /validate-claims, /healthz."""
+    from drakit.admission import Admission, AdmissionSettings  # noqa: PLC0415
+    from drakit.kube import KubeClient  # noqa: PLC0415
+    from drakit.models import NodeInfo  # noqa: PLC0415
+    from drakit.pluginhost import PluginHost  # noqa: PLC0415
+    from drakit.webhook import WebhookServer  # noqa: PLC0415
+
+    settings = effective_settings(load_settings(config_path, overrides={"kubeconfig": kubeconfig}))
+    logging.getLogger().setLevel(settings.log_level)
+    host = PluginHost(settings, NodeInfo(name="webhook", sysfs_root="/"))
+    drivers = host.driver_names()
+    admission = AdmissionSettings(
+        kueue=kueue,
+        pair_class=pair_class,
+        pairs_driver=drivers.get("composite", AdmissionSettings().pairs_driver),
+    )
+    engine = Admission(host, KubeClient.from_kubeconfig(settings.kubeconfig), admission)
+    try:
+        server = WebhookServer(engine, cert_file, key_file, address=address, port=port)
+    except (OSError, ssl.SSLError) as e:
+        raise UserError(f"cannot serve on {address}:{port} with {cert_file}: {e}") from e
+    click.echo(f"drakit webhook: serving https://{address}:{server.port}", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
 
 
 @cli.command()

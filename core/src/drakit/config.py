@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from drakit.deviceclasses import DeviceClassSettings
 from drakit.errors import ConfigInvalid
 
 __all__ = [
@@ -106,6 +107,10 @@ class DrakitSettings(BaseSettings):
         description="Plugins to load, in order, each with its section ({} for defaults)",
     )
     discovery: DiscoverySettings = DiscoverySettings()
+    device_classes: dict[str, DeviceClassSettings] = Field(
+        default_factory=dict,
+        description="Per DeviceClass (by name): extended_resource_name (drakit deviceclasses)",
+    )
     health: HealthSettings = HealthSettings()
     metrics: MetricsSettings = MetricsSettings()
 

@@ -25,7 +25,8 @@ Lifecycle, in order:
 5. per claim: ``drakit_parse_config`` (routed), ``drakit_prepare_devices`` (routed),
    and later ``drakit_unprepare_devices`` (routed);
 6. ``drakit_device_health`` (collect), polled;
-7. ``drakit_shape_request`` (firstresult, by strategy), from the admission webhook and CLI.
+7. ``drakit_shape_request`` (firstresult, by strategy), from the admission webhook and CLI;
+8. ``drakit_device_classes`` (routed), from ``drakit deviceclasses``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 import pluggy
 from pydantic import BaseModel
 
+from drakit.deviceclasses import DeviceClassSpec
 from drakit.models import (
     ClaimInfo,
     Device,
@@ -243,10 +245,11 @@ def drakit_publish_order(strategy: str, devices: Sequence[Device]) -> Sequence[D
 def drakit_shape_request(strategy: str, request: SimpleRequest) -> ShapedClaim | None:
     """Turn a simple request ("4 GPU-NIC pairs", "20 CPUs") into DRA requests and constraints.
 
-    Used by the admission webhook and ``drakit shape``. ``packed`` answers with a
-    ``matchAttribute`` constraint, ``distributed`` with ``distinctAttribute``, ``numa-preferred``
-    with a ``firstAvailable`` list whose first choice is constrained and whose last is not, so a
-    pod never stays Pending only because no single NUMA node has room.
+    Used by the admission webhook and ``drakit shape``. ``packed`` and ``numa-preferred``
+    answer with a ``firstAvailable`` list whose first choice is constrained with
+    ``matchAttribute`` and whose last is not, ``distributed`` likewise with
+    ``distinctAttribute``, so a pod never stays Pending only because no single NUMA node has
+    room; a hard constraint appears only when ``request.required`` is set.
 
     Returns:
         A :class:`~drakit.strategy_models.ShapedClaim`, or ``None`` when this implementation
@@ -273,4 +276,34 @@ def drakit_select_resources(strategy: str, request: SelectionRequest) -> Selecti
             were asked for and too few are free).
 
     Call mode: firstresult. Pure; called concurrently for different claims.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# cluster objects
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def drakit_device_classes(driver: str) -> Sequence[DeviceClassSpec] | None:
+    """The DeviceClasses this plugin's devices are claimed through.
+
+    Called by ``drakit deviceclasses`` (and so by the Helm chart, which installs its output),
+    with no node: answer from the settings alone, never from hardware. Without an
+    implementation (or when it returns ``None``) the plugin gets one class named after it
+    (``nvidia_gpu`` -> ``nvidia-gpu``) selecting all its devices.
+
+    Args:
+        driver: the DRA driver name this plugin publishes under (configurable, so never
+            hard-code it in a selector: core adds ``device.driver == "<driver>"`` first to
+            every class itself).
+
+    Returns:
+        :class:`~drakit.deviceclasses.DeviceClassSpec` objects (name, extra CEL
+        ``selectors``, a default ``extended_resource_name``, a description), or ``None`` for
+        the default class. ``device_classes.<name>.extended_resource_name`` in the
+        configuration overrides a class's extended resource.
+
+    Call mode: routed (each backend is asked alone, for its own driver) and firstresult.
+    Pure.
     """

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from drakit import hookspecs
 from drakit.config import DrakitSettings, PluginSettings, known_keys, validation_errors
 from drakit.context import PluginContext
+from drakit.deviceclasses import DeviceClassSpec
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, PluginLoadError
 from drakit.models import (
     ClaimInfo,
@@ -438,6 +439,21 @@ class PluginHost:
         for name in self.backends:
             for batch in self._only(name, "drakit_device_health")(node=self.node):
                 out.setdefault(name, []).extend(batch or [])
+        return out
+
+    # -- cluster objects -----------------------------------------------------------------------
+
+    def device_classes(self) -> dict[str, Sequence[DeviceClassSpec] | None]:
+        """Plugin name -> the DeviceClasses it publishes (``None``: the default class)."""
+        out: dict[str, Sequence[DeviceClassSpec] | None] = {}
+        for name, ctx in self.contexts.items():
+            res = self._only(name, "drakit_device_classes")(driver=ctx.driver_name)
+            if res is not None and not all(isinstance(s, DeviceClassSpec) for s in res):
+                raise PermanentError(
+                    f"plugin {name!r} returned something other than DeviceClassSpec objects "
+                    "from drakit_device_classes"
+                )
+            out[name] = None if res is None else list(res)
         return out
 
     # -- strategies ----------------------------------------------------------------------------

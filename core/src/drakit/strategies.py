@@ -1,5 +1,9 @@
 """Allocation strategies shipped with drakit: ``packed``, ``distributed`` and ``numa-preferred``.
 
+None of them makes a claim unsatisfiable by accident: a topology constraint is a preference (a
+``firstAvailable`` ladder whose last choice is unconstrained) unless the request says
+``required``.
+
 A strategy is a plugin found through the ``drakit.strategies`` entry point group and selected by
 name in the configuration (``plugins.<name>.strategy`` or ``publish_strategy``), or per claim
 where a backend allows it. Subclass :class:`Strategy`, set ``name`` and override any of
@@ -76,13 +80,45 @@ def _exact(request: SimpleRequest, count: int | None = None) -> dict[str, Any]:
     return body
 
 
+def _ladder(request: SimpleRequest, rungs: Sequence[tuple[str, str, str]]) -> ShapedClaim:
+    """``firstAvailable`` of ``rungs`` (``(name, constraint kind, attribute)``), then ``any``.
+
+    Each rung's constraint names only its own subrequest, so it binds only while the scheduler
+    tries that rung; the last rung is unconstrained, so the claim is never unsatisfiable
+    because of the preference. The scheduler scores nodes by the rung they can meet
+    (DRAPrioritizedList), so a node that meets the first rung wins.
+    """
+    subrequests = [{"name": name, **_exact(request)} for name, _, _ in rungs]
+    subrequests.append({"name": "any", **_exact(request)})
+    return ShapedClaim(
+        requests=({"name": request.name, "firstAvailable": subrequests},),
+        constraints=tuple(
+            {"requests": [f"{request.name}/{name}"], kind: attribute}
+            for name, kind, attribute in rungs
+        ),
+    )
+
+
+def _hard(request: SimpleRequest, kind: str) -> ShapedClaim:
+    return ShapedClaim(
+        requests=({"name": request.name, "exactly": _exact(request)},),
+        constraints=({"requests": [request.name], kind: request.align_attribute},),
+    )
+
+
+def _plain(request: SimpleRequest) -> ShapedClaim:
+    return ShapedClaim(requests=({"name": request.name, "exactly": _exact(request)},))
+
+
 class Packed(Strategy):
     """Keep a claim's devices together on one NUMA node (or whatever ``align_attribute`` names).
 
     * publishing: devices sorted by NUMA node, so the scheduler's first fit fills one node
       before the next;
-    * shaping: one request with a hard ``matchAttribute`` constraint (the claim stays Pending if
-      no single node has room: use ``numa-preferred`` for a soft preference).
+    * shaping: a ``firstAvailable`` ladder: all devices with the same ``align_attribute``
+      (``aligned``), then the same value of each ``fallback_attributes`` entry
+      (``fallback-1``...), then anywhere (``any``). With ``required`` it is one request with a
+      hard ``matchAttribute`` constraint instead: the claim waits until one node has room.
     """
 
     name = "packed"
@@ -92,21 +128,27 @@ class Packed(Strategy):
         return sorted(devices, key=_numa_of)
 
     def shape(self, request: SimpleRequest) -> ShapedClaim:
-        """``exactly`` + ``matchAttribute``."""
-        return ShapedClaim(
-            requests=({"name": request.name, "exactly": _exact(request)},),
-            constraints=({"requests": [request.name], "matchAttribute": request.align_attribute},)
-            if request.count > 1
-            else (),
-        )
+        """``firstAvailable: [aligned, fallback-1.., any]``, or ``matchAttribute`` if required."""
+        if request.count == 1:
+            return _plain(request)
+        if request.required:
+            return _hard(request, "matchAttribute")
+        rungs = [("aligned", "matchAttribute", request.align_attribute)]
+        rungs += [
+            (f"fallback-{i}", "matchAttribute", a)
+            for i, a in enumerate(request.fallback_attributes, 1)
+        ]
+        return _ladder(request, rungs)
 
 
 class Distributed(Strategy):
     """Spread a claim's devices over NUMA nodes (or ``align_attribute`` values).
 
     * publishing: devices interleaved round-robin over NUMA nodes, so first fit spreads;
-    * shaping: one request with a ``distinctAttribute`` constraint (each device on a different
-      node; needs as many nodes as devices).
+    * shaping: a ``firstAvailable`` ladder: every device on a different ``align_attribute``
+      value (``spread``), else anywhere (``any``), so a node with fewer NUMA nodes than devices
+      still serves the claim. With ``required`` it is one request with a hard
+      ``distinctAttribute`` constraint (needs as many NUMA nodes as devices).
     """
 
     name = "distributed"
@@ -125,50 +167,20 @@ class Distributed(Strategy):
         return out
 
     def shape(self, request: SimpleRequest) -> ShapedClaim:
-        """``exactly`` + ``distinctAttribute``."""
-        return ShapedClaim(
-            requests=({"name": request.name, "exactly": _exact(request)},),
-            constraints=(
-                {"requests": [request.name], "distinctAttribute": request.align_attribute},
-            )
-            if request.count > 1
-            else (),
-        )
+        """``firstAvailable: [spread, any]``, or ``distinctAttribute`` if required."""
+        if request.count == 1:
+            return _plain(request)
+        if request.required:
+            return _hard(request, "distinctAttribute")
+        return _ladder(request, [("spread", "distinctAttribute", request.align_attribute)])
 
 
-class NumaPreferred(Strategy):
-    """Prefer one NUMA node, but never leave a pod Pending for it.
+class NumaPreferred(Packed):
+    """``packed`` under the name that says what it does: prefer one NUMA node, never wait for it.
 
-    * publishing: as ``packed``;
-    * shaping: a ``firstAvailable`` request whose first choice is constrained with
-      ``matchAttribute`` and whose last choice is unconstrained. The scheduler tries the
-      aligned subrequest first and falls back to any placement (DRAPrioritizedList).
+    Publishing and shaping are ``packed``'s: a ``firstAvailable`` request whose first choice is
+    constrained with ``matchAttribute`` and whose last choice is unconstrained. The scheduler
+    tries the aligned subrequest first and falls back to any placement (DRAPrioritizedList).
     """
 
     name = "numa-preferred"
-
-    def order(self, devices: Sequence[Device]) -> Sequence[Device]:
-        """NUMA-ordered, like ``packed``."""
-        return sorted(devices, key=_numa_of)
-
-    def shape(self, request: SimpleRequest) -> ShapedClaim:
-        """``firstAvailable: [aligned, any]`` with the constraint on ``<name>/aligned``."""
-        if request.count == 1:
-            return Packed().shape(request)
-        return ShapedClaim(
-            requests=(
-                {
-                    "name": request.name,
-                    "firstAvailable": [
-                        {"name": "aligned", **_exact(request)},
-                        {"name": "any", **_exact(request)},
-                    ],
-                },
-            ),
-            constraints=(
-                {
-                    "requests": [f"{request.name}/aligned"],
-                    "matchAttribute": request.align_attribute,
-                },
-            ),
-        )

@@ -18,11 +18,20 @@ __all__ = ["SelectionRequest", "SelectionResult", "ShapedClaim", "SimpleRequest"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+def _qualified(v: str) -> str:
+    if "/" not in v:
+        raise ValueError(f"{v!r} must be fully qualified, e.g. 'resource.kubernetes.io/numaNode'")
+    return v
+
+
 class SimpleRequest(BaseModel):
     """What a user asks for in one line: ``count`` devices of ``device_class``.
 
     ``align_attribute`` is the fully qualified attribute the strategy aligns on (same value for
-    ``packed``, distinct values for ``distributed``).
+    ``packed``, distinct values for ``distributed``). The shipped strategies make that
+    constraint a *preference* (a ``firstAvailable`` ladder that ends unconstrained) unless
+    ``required`` is set; ``fallback_attributes`` are looser alignments tried in between (e.g.
+    the socket after the NUMA node).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -32,6 +41,15 @@ class SimpleRequest(BaseModel):
     count: int = Field(ge=1, le=128)
     align_attribute: str = "resource.kubernetes.io/numaNode"
     selectors: tuple[str, ...] = Field(default=(), description="Extra CEL selector expressions")
+    required: bool = Field(
+        default=False,
+        description="Make the topology constraint hard: the claim waits until a node meets it",
+    )
+    fallback_attributes: tuple[str, ...] = Field(
+        default=(),
+        max_length=6,
+        description="Looser alignments tried after align_attribute, before any placement",
+    )
 
     @field_validator("name")
     @classmethod
@@ -43,11 +61,12 @@ class SimpleRequest(BaseModel):
     @field_validator("align_attribute")
     @classmethod
     def _qualified(cls, v: str) -> str:
-        if "/" not in v:
-            raise ValueError(
-                f"{v!r} must be fully qualified, e.g. 'resource.kubernetes.io/numaNode'"
-            )
-        return v
+        return _qualified(v)
+
+    @field_validator("fallback_attributes")
+    @classmethod
+    def _all_qualified(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_qualified(a) for a in v)
 
 
 class ShapedClaim(BaseModel):

@@ -101,3 +101,19 @@ def test_custom_widths() -> None:
         NumaSpread(widths=(0,))
     with pytest.raises(ValueError, match="at most 8"):
         NumaSpread(widths=range(2, 12))
+
+
+def test_the_last_choice_is_unconstrained_unless_required() -> None:
+    spec = shape(16)
+    constrained = {r for c in spec["constraints"] for r in c["requests"]}
+    assert "cpus/split-1" not in constrained
+    hard = shape(16, required=True)
+    [request] = hard["requests"]
+    assert [s["name"] for s in request["firstAvailable"]] == ["split-8", "split-4", "split-2"]
+    assert {r for c in hard["constraints"] for r in c["requests"]} == {
+        "cpus/split-8",
+        "cpus/split-4",
+        "cpus/split-2",
+    }
+    # an odd count has no split to require: one plain request, as without required
+    assert shape(7, required=True) == shape(7)

@@ -20,6 +20,9 @@ binds when that alternative is tried) makes the ``k`` devices lie on ``k`` diffe
 nodes. The scheduler takes the first alternative the node can satisfy, i.e. the widest even
 split this node has room for: 4 ways on a 4-NUMA node, 2 on a 2-NUMA node, 1 on a 1-NUMA node,
 from the same claim. Widths that do not divide ``N`` are left out (splits are always even).
+The last choice, ``split-1``, has no constraint, so the claim is never unsatisfiable because
+of the spread; a request with ``required`` set leaves it out (the CPUs must then span at
+least two NUMA nodes, and the claim waits until a node can do that).
 Needs grouped CPU devices with ``group_by: numa`` (the capacity) and DRAConsumableCapacity
 (``distinctAttribute``, capacity requests); see ``docs/cpu-backend.md``.
 """
@@ -81,10 +84,13 @@ class NumaSpread(Strategy):
         """``firstAvailable`` of k-way splits, each constrained to k distinct NUMA nodes.
 
         ``request.count`` is the number of CPUs; ``request.align_attribute`` the attribute
-        the split devices must differ in (``resource.kubernetes.io/numaNode``).
+        the split devices must differ in (``resource.kubernetes.io/numaNode``);
+        ``request.required`` drops the unconstrained ``split-1`` fallback.
         """
         n = request.count
         widths = self.splits(n)
+        if request.required and widths != [1]:
+            widths = [w for w in widths if w > 1]
         if widths == [1]:
             return ShapedClaim(
                 requests=({"name": request.name, "exactly": self._body(request, 1, n)},)

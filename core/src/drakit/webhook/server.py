@@ -1,0 +1,213 @@
+"""The HTTPS admission server: TLS from files (reloaded when they change), three paths.
+
+* ``POST /mutate-pods``: pods, answered by :meth:`AdmissionEngine.mutate_pod`;
+* ``POST /validate-claims``: ResourceClaims, ResourceClaimTemplates and DeviceClasses,
+  answered by :meth:`AdmissionEngine.validate`;
+* ``GET /healthz``: ``ok``.
+
+This module is transport only: it parses AdmissionReviews, calls the engine through the
+:class:`AdmissionEngine` protocol and writes the answer; what to admit is the engine's
+business (``drakit.admission``). Certificate and key are re-read when either file's size or
+modification time changes (cert-manager rotates them in place), checked on each new
+connection; a pair that fails to load (half written) keeps the previous one in use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import ssl
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+
+from drakit.webhook.review import AdmissionRequest, AdmissionResponse, parse_review, to_review
+
+__all__ = ["MAX_BODY", "AdmissionEngine", "WebhookServer"]
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 8 * 1024 * 1024
+"""Largest AdmissionReview accepted (objects are at most ~1.5 MiB in etcd)."""
+
+_IO_TIMEOUT = 30.0
+
+
+class AdmissionEngine(Protocol):
+    """What the server calls; implemented by :class:`drakit.admission.Admission`."""
+
+    def mutate_pod(self, request: AdmissionRequest) -> AdmissionResponse:
+        """Answer a pod admission (may patch the pod)."""
+        ...
+
+    def validate(self, request: AdmissionRequest) -> AdmissionResponse:
+        """Answer a ResourceClaim, ResourceClaimTemplate or DeviceClass admission."""
+        ...
+
+
+class _Certificates:
+    """An SSL context for a cert/key pair, rebuilt when the files change."""
+
+    def __init__(self, cert_file: Path, key_file: Path) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int, int] | None = None
+        self._context: ssl.SSLContext | None = None
+        self.reloads = 0
+        self.current()  # fail at start-up, not at the first connection
+
+    def _stat(self) -> tuple[int, int, int, int]:
+        c, k = os.stat(self.cert_file), os.stat(self.key_file)
+        return (c.st_mtime_ns, c.st_size, k.st_mtime_ns, k.st_size)
+
+    def current(self) -> ssl.SSLContext:
+        """The context for the files as they are now."""
+        with self._lock:
+            try:
+                stamp = self._stat()
+            except OSError:
+                if self._context is None:
+                    raise
+                return self._context
+            if stamp == self._stamp and self._context is not None:
+                return self._context
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            try:
+                ctx.load_cert_chain(self.cert_file, self.key_file)
+            except (OSError, ssl.SSLError):
+                if self._context is None:
+                    raise
+                log.warning("certificate reload failed; keeping the previous one", exc_info=True)
+                return self._context
+            if self._context is not None:
+                log.info("certificate reloaded from %s", self.cert_file)
+                self.reloads += 1
+            self._context, self._stamp = ctx, stamp
+            return ctx
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        # headers and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm
+        # and the client's delayed ACK hold the body back ~40 ms
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.request.settimeout(_IO_TIMEOUT)
+        self.request.do_handshake()
+        super().setup()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/healthz":
+            self._send(HTTPStatus.OK, b"ok\n", "text/plain")
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+
+    def do_POST(self) -> None:
+        route = {
+            "/mutate-pods": self.server.engine.mutate_pod,
+            "/validate-claims": self.server.engine.validate,
+        }.get(self.path.split("?", 1)[0])
+        if route is None:
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if not 0 < length <= MAX_BODY:
+            self._send(HTTPStatus.BAD_REQUEST, b"a body of 1 byte to 8 MiB is required\n")
+            return
+        body = self.rfile.read(length)
+        try:
+            request = parse_review(body)
+        except ValueError as e:  # pydantic's ValidationError is a ValueError too
+            self._send(HTTPStatus.BAD_REQUEST, f"bad AdmissionReview: {e}\n".encode())
+            return
+        try:
+            response = route(request)
+        except Exception:  # an engine bug must not kill the server; the API server's
+            # failurePolicy decides what a failed call means
+            log.exception("admission of %s %s failed", request.kind.kind, request.uid)
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"admission failed; see the log\n")
+            return
+        self._send(HTTPStatus.OK, json.dumps(to_review(request.uid, response)).encode())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    engine: AdmissionEngine
+    certificates: _Certificates
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, addr = super().get_request()
+        try:
+            ctx = self.certificates.current()
+        except (OSError, ssl.SSLError):
+            conn.close()
+            raise
+        # the handshake runs in the connection's own thread (_Handler.setup)
+        return ctx.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection from %s failed", client_address, exc_info=True)  # noqa: LOG014 - called from socketserver's except block
+
+
+class WebhookServer:
+    """The admission server. ``serve_forever()`` in a thread, ``shutdown()`` to stop.
+
+    Args:
+        engine: answers the admissions.
+        cert_file: PEM certificate chain (reloaded when it changes).
+        key_file: PEM private key.
+        address: listen address.
+        port: listen port; 0 picks a free one (see :attr:`port`).
+
+    Raises:
+        OSError / ssl.SSLError: the certificate or key cannot be loaded, or the port is taken.
+    """
+
+    def __init__(
+        self,
+        engine: AdmissionEngine,
+        cert_file: Path,
+        key_file: Path,
+        *,
+        address: str = "0.0.0.0",  # noqa: S104 - a webhook pod serves on its pod IP
+        port: int = 8443,
+    ) -> None:
+        self.certificates = _Certificates(Path(cert_file), Path(key_file))
+        self._server = _Server((address, port), _Handler)
+        self._server.engine = engine
+        self._server.certificates = self.certificates
+
+    @property
+    def port(self) -> int:
+        """The port listened on."""
+        return int(self._server.server_address[1])
+
+    def serve_forever(self) -> None:
+        """Serve until :meth:`shutdown`."""
+        self._server.serve_forever(poll_interval=0.2)
+
+    def shutdown(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,166 @@
+"""The HTTPS transport: TLS from files, reloaded when they change; paths; bad requests.
+
+The server runs in a thread on 127.0.0.1 with certificates made by ``cryptography``; clients
+verify it against the CA. The engine is the real one on dry-run reviews (no API calls).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.e2e.webhookproc import Certificates, make_certificates
+
+from drakit.admission import PAIRS_ANNOTATION, Admission, AdmissionSettings
+from drakit.config import DrakitSettings
+from drakit.kube import KubeClient
+from drakit.models import NodeInfo
+from drakit.pluginhost import PluginHost
+from drakit.webhook import WebhookServer
+
+pytestmark = pytest.mark.usefixtures("clean_drakit_env")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates]]:
+    certs = make_certificates(tmp_path / "a")
+    host = PluginHost(
+        DrakitSettings(plugins={"cpu": {}, "composite": {}}),
+        NodeInfo(name="webhook", sysfs_root="/nonexistent"),
+    )
+    engine = Admission(host, KubeClient(object()), AdmissionSettings())
+    server = WebhookServer(engine, certs.cert, certs.key, address="127.0.0.1", port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, certs
+    finally:
+        server.shutdown()
+        thread.join(10)
+
+
+def call(
+    server: WebhookServer, ctx: ssl.SSLContext, method: str, path: str, body: bytes | None = None
+) -> tuple[int, bytes]:
+    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=ctx, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def pod_review() -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "operation": "CREATE",
+                "namespace": "ns",
+                "dryRun": True,
+                "object": {
+                    "metadata": {"name": "p", "annotations": {PAIRS_ANNOTATION: "2"}},
+                    "spec": {"containers": [{"name": "c"}]},
+                },
+            },
+        }
+    ).encode()
+
+
+def test_paths(served: tuple[WebhookServer, Certificates]) -> None:
+    server, certs = served
+    ctx = certs.context()
+    assert call(server, ctx, "GET", "/healthz") == (200, b"ok\n")
+    assert call(server, ctx, "GET", "/nope")[0] == 404
+    status, body = call(server, ctx, "POST", "/mutate-pods", pod_review())
+    assert status == 200
+    response = json.loads(body)["response"]
+    assert (response["uid"], response["allowed"], response["patchType"]) == (
+        "u-1",
+        True,
+        "JSONPatch",
+    )
+    status, body = call(server, ctx, "POST", "/validate-claims", pod_review())
+    assert (status, json.loads(body)["response"]["allowed"]) == (200, True)
+    assert call(server, ctx, "POST", "/mutate-pods", b"{}")[0] == 400
+    assert call(server, ctx, "POST", "/mutate-pods", b"not json")[0] == 400
+
+
+def test_a_client_that_does_not_trust_the_ca_is_refused(
+    served: tuple[WebhookServer, Certificates], tmp_path: Path
+) -> None:
+    server, _ = served
+    other = make_certificates(tmp_path / "other")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        call(server, other.context(), "GET", "/healthz")
+
+
+def test_certificates_are_reloaded_when_the_files_change(
+    served: tuple[WebhookServer, Certificates], tmp_path: Path
+) -> None:
+    server, certs = served
+    fresh = make_certificates(tmp_path / "b")
+    # rotate in place, as cert-manager does: the old CA no longer verifies, the new one does
+    time.sleep(0.01)  # a distinct mtime even on coarse clocks
+    certs.cert.write_bytes(fresh.cert.read_bytes())
+    certs.key.write_bytes(fresh.key.read_bytes())
+    assert call(server, fresh.context(), "GET", "/healthz") == (200, b"ok\n")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        call(server, certs.context(), "GET", "/healthz")
+    assert server.certificates.reloads == 1
+
+
+def test_a_half_written_pair_keeps_the_previous_certificate(
+    served: tuple[WebhookServer, Certificates],
+) -> None:
+    server, certs = served
+    good = certs.context()
+    certs.key.write_text("-----BEGIN PRIVATE KEY-----\ntruncated\n")
+    assert call(server, good, "GET", "/healthz") == (200, b"ok\n")
+    assert server.certificates.reloads == 0
+
+
+def test_unreadable_files_fail_at_start(tmp_path: Path) -> None:
+    host = PluginHost(DrakitSettings(plugins={}), NodeInfo(name="w", sysfs_root="/nonexistent"))
+    engine = Admission(host, KubeClient(object()), AdmissionSettings())
+    with pytest.raises(FileNotFoundError):
+        WebhookServer(engine, tmp_path / "no.crt", tmp_path / "no.key", port=0)
+
+
+def test_the_command_refuses_a_bad_certificate_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from drakit.cli import main
+
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    args = ["webhook", "--cert-file", str(bad), "--key-file", str(bad), "--port", "0"]
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--kubeconfig", str(kubeconfig), "--address", "127.0.0.1"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("drakit: error: cannot serve on 127.0.0.1:0 with ")
+    assert len(err.strip().splitlines()) == 1
