@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from drakit.config import DrakitSettings
 from drakit.errors import SliceValidationError
@@ -135,8 +136,8 @@ def test_counter_sets_get_slices_of_their_own_at_most_8_each() -> None:
 def test_pool_metadata() -> None:
     slices = render(plain(200))
     assert [s["metadata"]["name"] for s in slices] == [
-        "node-1-gpu.example.com-0",
-        "node-1-gpu.example.com-1",
+        "node-1-gpu.example.com-a0",
+        "node-1-gpu.example.com-a1",
     ]
     for s in slices:
         assert s["apiVersion"] == API_VERSION == "resource.k8s.io/v1"
@@ -163,7 +164,7 @@ def test_devices_with_a_pool_go_to_their_own_pool_counter_sets_to_the_nodes() ->
     pools = Counter(s["spec"]["pool"]["name"] for s in slices)
     assert pools == {NODE: 2, "rack-7": 1}
     [remote] = [s for s in slices if s["spec"]["pool"]["name"] == "rack-7"]
-    assert remote["metadata"]["name"] == "node-1-gpu.example.com-rack-7-0"
+    assert remote["metadata"]["name"] == "node-1-gpu.example.com-rack-7-a0"
     assert "sharedCounters" not in remote["spec"]
 
 
@@ -277,20 +278,54 @@ def test_driver_name_must_be_a_dns_subdomain() -> None:
         render_slices("gpu_example.com", NODE, plain(1))
 
 
-def test_string_attribute_over_64_characters() -> None:
-    rejects([Device(name="gpu-0", attributes={"serial": "x" * 65})], "attribute serial", "over 64")
+def unchecked(name: str, field: str, attribute: str, value: Any) -> Device:
+    """A device whose attribute skipped the model's checks (a plugin using model_construct)."""
+    return Device.model_construct(
+        name=name, attributes={attribute: DeviceAttribute.model_construct(**{field: value})}
+    )
+
+
+def refused_everywhere(field: str, value: Any, *fragments: str) -> None:
+    """The model refuses the value naming device and attribute; the renderer refuses it too."""
+    with pytest.raises(ValidationError) as exc:
+        Device(name="gpu-0", attributes={"fw": DeviceAttribute.model_validate({field: value})})
+    with pytest.raises(ValidationError) as named:
+        Device.model_validate({"name": "gpu-0", "attributes": {"fw": {field: value}}})
+    assert "device 'gpu-0': attributes.fw:" in str(named.value)
+    for fragment in fragments:
+        assert fragment in str(exc.value)
+        assert fragment in str(named.value)
+    internal = "int_" if field == "int" else field
+    rejects([unchecked("gpu-0", internal, "fw", value)], "attribute fw", *fragments)
+
+
+def test_string_attribute_over_64_bytes() -> None:
+    refused_everywhere("string", "x" * 65, "65 bytes")
     render([Device(name="gpu-0", attributes={"serial": "x" * 64})])
 
 
+def test_string_length_is_counted_in_utf8_bytes() -> None:
+    refused_everywhere("string", "é" * 33, "66 bytes in UTF-8")  # 33 characters
+    render([Device(name="gpu-0", attributes={"serial": "é" * 32})])  # 64 bytes
+
+
 def test_strings_in_a_list_attribute_are_limited_too() -> None:
-    dev = Device(name="gpu-0", attributes={"tags": DeviceAttribute(strings=("ok", "y" * 65))})
-    rejects([dev], "attribute tags", "over 64")
+    refused_everywhere("strings", ("ok", "y" * 65), "65 bytes")
 
 
-@pytest.mark.parametrize("version", ["1.2", "v1.2.3", "01.2.3", "1.2.3.4", "latest"])
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 10**30])
+def test_ints_outside_int64_are_refused(value: int) -> None:
+    refused_everywhere("int", value, "outside the int64 range")
+    refused_everywhere("ints", (1, value), "outside the int64 range")
+
+
+def test_int64_bounds_are_accepted() -> None:
+    render([Device(name="gpu-0", attributes={"a": 2**63 - 1, "b": -(2**63)})])
+
+
+@pytest.mark.parametrize("version", ["1.2", "2.4", "v1.2.3", "01.2.3", "1.2.3.4", "latest"])
 def test_bad_semver_version(version: str) -> None:
-    dev = Device(name="gpu-0", attributes={"fw": DeviceAttribute(version=version)})
-    rejects([dev], "attribute fw", "is not a semantic version")
+    refused_everywhere("version", version, "is not a semantic version")
 
 
 @pytest.mark.parametrize("version", ["1.2.3", "0.0.0", "1.2.3-rc.1", "1.2.3+build.5", "12.4.0"])
@@ -299,8 +334,7 @@ def test_good_semver_version(version: str) -> None:
 
 
 def test_empty_list_attribute_is_rejected() -> None:
-    dev = Device(name="gpu-0", attributes={"links": DeviceAttribute(ints=())})
-    rejects([dev], "attribute links", "may not be empty")
+    refused_everywhere("ints", (), "may not be empty")
 
 
 def test_request_policy_needs_allow_multiple_allocations() -> None:
