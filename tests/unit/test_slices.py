@@ -31,7 +31,14 @@ from drakit.models import (
 )
 from drakit.runtime import open_host
 from drakit.sim import list_profiles, profile_info
-from drakit.slices import API_VERSION, PoolSpec, render_pool, render_slices
+from drakit.slices import (
+    API_VERSION,
+    PoolSpec,
+    check_pool,
+    render_pool,
+    render_slices,
+    slice_name,
+)
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
@@ -250,7 +257,7 @@ def test_device_name_must_be_a_dns_label(name: str) -> None:
         ("a" * 33, "C identifier of at most 32"),
         ("1st", "C identifier"),
         ("has-dash", "C identifier"),
-        ("Bad_Domain/model", "domain of 'Bad_Domain/model' must be a DNS subdomain"),
+        ("Bad_Domain/model", "name 'Bad_Domain/model': the domain must be a DNS subdomain"),
         (("d" * 64) + "/model", "at most 63"),
     ],
 )
@@ -517,3 +524,139 @@ def test_every_profile_renders_with_the_default_backends(profile: str) -> None:
     expected = EXPECTED_PROFILES.get(profile)  # a profile registered at run time has no row
     if expected is not None:
         assert summary == expected
+
+
+# -- taints, request policies, partial pools, names in publishing order -------------------------
+
+
+def tainted(key: str, value: str = "") -> Device:
+    return Device(name="gpu-0", taints=(DeviceTaint(key=key, value=value),))
+
+
+@pytest.mark.parametrize(
+    "key", ["ok", "example.com/unhealthy", "a.b-c_d", "k" * 63, ("p" * 63 + ".") * 3 + "p/x"]
+)
+def test_taint_keys_that_are_label_names(key: str) -> None:
+    render([tainted(key)])
+
+
+@pytest.mark.parametrize(
+    "key", ["", "bad key", "-x", "x-", "k" * 64, "example.com/", "Bad_Prefix/x", "a/b/c", "k\u00e9"]
+)
+def test_taint_keys_that_are_not_label_names(key: str) -> None:
+    rejects([tainted(key)], "gpu-0", f"taint key {key!r} must be a label name")
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        ("v" * 63, True),
+        ("v" * 64, False),
+        ("a/b", False),
+        ("-a", False),
+        ("a.b_c-d", True),
+    ],
+)
+def test_taint_values_are_label_values(value: str, ok: bool) -> None:
+    if ok:
+        render([tainted("k", value)])
+    else:
+        rejects([tainted("k", value)], "gpu-0", "must be a label value")
+
+
+def shared(policy: RequestPolicy, value: str = "100Gi") -> Device:
+    return Device(
+        name="gpu-0",
+        allowMultipleAllocations=True,
+        capacity={"mem": DeviceCapacity(value=value, requestPolicy=policy)},
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "fragment"),
+    [
+        (RequestPolicy(validValues=("1Gi",)), "default is required"),
+        (RequestPolicy(default="1Gi", validValues=("2Gi", "1Gi")), "ascending"),
+        (RequestPolicy(default="1Gi", validValues=("1Gi", "1024Mi")), "unique"),
+        (
+            RequestPolicy(default="1Gi", validValues=tuple(f"{i}Gi" for i in range(1, 12))),
+            "1 to 10",
+        ),
+        (RequestPolicy(default="1Gi", validValues=("1Gi", "101Gi")), "exceed the capacity"),
+        (RequestPolicy(default="3Gi", validValues=("1Gi", "2Gi")), "must be one of validValues"),
+        (RequestPolicy(default="1Gi", validRange=ValidRange(min="101Gi")), "min exceeds the cap"),
+        (RequestPolicy(default="1Gi", validRange=ValidRange(min="1Gi", max="101Gi")), "max exc"),
+        (
+            RequestPolicy(default="5Gi", validRange=ValidRange(min="6Gi", max="5Gi")),
+            "min exceeds max",
+        ),
+        (RequestPolicy(default="1Gi", validRange=ValidRange(min="2Gi")), "outside the range"),
+        (RequestPolicy(default="1Gi", validRange=ValidRange(min="1Gi", step="0")), "positive"),
+        (
+            RequestPolicy(default="1Gi", validRange=ValidRange(min="1Gi", step="100Gi")),
+            "min + step",
+        ),
+        (
+            RequestPolicy(default="1536Mi", validRange=ValidRange(min="1Gi", step="1Gi")),
+            "default off-step",
+        ),
+        (
+            RequestPolicy(
+                default="1Gi", validRange=ValidRange(min="1Gi", max="2560Mi", step="1Gi")
+            ),
+            "max is off-step",
+        ),
+    ],
+)
+def test_request_policy_rules(policy: RequestPolicy, fragment: str) -> None:
+    rejects([shared(policy)], "gpu-0", "capacity mem: requestPolicy", fragment)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RequestPolicy(default="1Gi"),
+        RequestPolicy(default="1Gi", validValues=("1Gi", "2Gi", "100Gi")),
+        RequestPolicy(default="2Gi", validRange=ValidRange(min="1Gi", max="100Gi", step="1Gi")),
+        RequestPolicy(default="500m", validRange=ValidRange(min="500m")),
+    ],
+)
+def test_valid_request_policies_render(policy: RequestPolicy) -> None:
+    render([shared(policy)])
+
+
+def test_check_pool_leaves_out_only_what_is_rejected() -> None:
+    devices = [*plain(3), tainted("bad key"), Device(name="dev-1"), *plain(2, "ok")]
+    spec = PoolSpec(driver=DRIVER, node=NODE, pool=NODE, devices=tuple(devices))
+    kept, errors = check_pool(spec)
+    assert [d.name for d in kept.devices] == ["dev-0", "dev-1", "dev-2", "ok-0", "ok-1"]
+    assert [str(e).split(":")[0] for e in errors] == [
+        f"device {DRIVER}/{NODE}/gpu-0",
+        f"device {DRIVER}/{NODE}/dev-1",
+    ]
+    assert check_pool(kept) == (kept, [])
+
+
+def test_check_pool_returns_a_clean_pool_unchanged() -> None:
+    spec = PoolSpec(driver=DRIVER, node=NODE, pool=NODE, devices=tuple(plain(3)))
+    kept, errors = check_pool(spec)
+    assert kept is spec
+    assert errors == []
+
+
+@pytest.mark.parametrize("count", [1, 9, 10, 11, 99, 100, 101, 1000, 12345])
+def test_slice_names_sort_in_publishing_order(count: int) -> None:
+    names = [slice_name("node-1-gpu.example.com", i) for i in range(count)]
+    assert sorted(names) == names
+    assert len(set(names)) == count
+    assert all(DNS_SUBDOMAIN.match(n) for n in names)
+
+
+def test_slice_names_of_a_big_pool_sort_like_its_devices() -> None:
+    slices = render(plain(128 * 12))  # 12 slices: the tenth must not sort before the second
+    names = [s["metadata"]["name"] for s in slices]
+    assert sorted(names) == names
+    by_name = sorted(slices, key=lambda s: s["metadata"]["name"])
+    order = [d["name"] for s in by_name for d in s["spec"]["devices"]]
+    assert order == [f"dev-{i}" for i in range(128 * 12)]

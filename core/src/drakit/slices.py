@@ -127,15 +127,17 @@ def check_pool_name(pool: str) -> None:
         )
 
 
-def _check_qualified(name: str, where: str) -> None:
+def _check_qualified(name: str, what: str, where: str) -> None:
     domain, sep, ident = name.rpartition("/")
     if sep and (_size(domain) > MAX_DOMAIN or not _DNS_SUBDOMAIN.match(domain)):
-        raise _fail(where, f"the domain of {name!r} must be a DNS subdomain of at most 63 chars")
+        raise _fail(
+            where, f"{what} name {name!r}: the domain must be a DNS subdomain of at most 63 chars"
+        )
     if _size(ident) > MAX_IDENTIFIER or not _C_IDENT.match(ident):
         raise _fail(
             where,
-            f"{name!r}: the name part must be a C identifier of at most 32 characters "
-            "(letters, digits, '_'; not starting with a digit)",
+            f"{what} name {name!r}: the name part must be a C identifier of at most 32 "
+            "characters (letters, digits, '_'; not starting with a digit)",
         )
 
 
@@ -190,7 +192,7 @@ def validate_device(device: Device, where: str, known_counter_sets: set[str] | N
 
 def _check_attribute(name: str, attr: DeviceAttribute, where: str) -> int:
     """Check one attribute; return how many values it counts for."""
-    _check_qualified(name, f"{where} attribute")
+    _check_qualified(name, "attribute", where)
     problem = attribute_value_problem(attr.kind, attr.value)
     if problem:
         raise _fail(where, f"attribute {name}: {problem}")
@@ -258,7 +260,7 @@ def _check_capacities_and_counters(
     device: Device, where: str, known_counter_sets: set[str] | None
 ) -> None:
     for name, cap in device.capacity.items():
-        _check_qualified(name, f"{where} capacity")
+        _check_qualified(name, "capacity", where)
         if cap.request_policy is not None and not device.allow_multiple_allocations:
             raise _fail(
                 where,
