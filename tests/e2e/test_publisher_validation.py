@@ -51,8 +51,8 @@ def raw(field: str, value: Any) -> DeviceAttribute:
 def shared(policy: RequestPolicy, value: str = "100Gi") -> Device:
     return Device(
         name="d0",
-        allowMultipleAllocations=True,
-        capacity={"mem": DeviceCapacity(value=value, requestPolicy=policy)},
+        allow_multiple_allocations=True,
+        capacity={"mem": DeviceCapacity(value=value, request_policy=policy)},
     )
 
 
@@ -94,36 +94,38 @@ CASES: dict[str, tuple[Device, bool]] = {
     "taint value 64 chars": (taint("k", "v" * 64), False),
     "taint value with '/'": (taint("k", "a/b"), False),
     # consumable capacity request policies
-    "policy values ok": (shared(RequestPolicy(default="1Gi", validValues=("1Gi", "2Gi"))), True),
+    "policy values ok": (shared(RequestPolicy(default="1Gi", valid_values=("1Gi", "2Gi"))), True),
     "policy values descending": (
-        shared(RequestPolicy(default="1Gi", validValues=("2Gi", "1Gi"))),
+        shared(RequestPolicy(default="1Gi", valid_values=("2Gi", "1Gi"))),
         False,
     ),
     "policy default not a value": (
-        shared(RequestPolicy(default="3Gi", validValues=("1Gi", "2Gi"))),
+        shared(RequestPolicy(default="3Gi", valid_values=("1Gi", "2Gi"))),
         False,
     ),
     "policy value above capacity": (
-        shared(RequestPolicy(default="1Gi", validValues=("1Gi", "200Gi"))),
+        shared(RequestPolicy(default="1Gi", valid_values=("1Gi", "200Gi"))),
         False,
     ),
-    "policy values without default": (shared(RequestPolicy(validValues=("1Gi",))), False),
+    "policy values without default": (shared(RequestPolicy(valid_values=("1Gi",))), False),
     "policy range ok": (
-        shared(RequestPolicy(default="2Gi", validRange=ValidRange(min="1Gi", step="1Gi"))),
+        shared(RequestPolicy(default="2Gi", valid_range=ValidRange(min="1Gi", step="1Gi"))),
         True,
     ),
     "policy default off-step": (
         shared(
-            RequestPolicy(default="1536Mi", validRange=ValidRange(min="1Gi", max="4Gi", step="1Gi"))
+            RequestPolicy(
+                default="1536Mi", valid_range=ValidRange(min="1Gi", max="4Gi", step="1Gi")
+            )
         ),
         False,
     ),
     "policy range max above capacity": (
-        shared(RequestPolicy(default="1Gi", validRange=ValidRange(min="1Gi", max="200Gi"))),
+        shared(RequestPolicy(default="1Gi", valid_range=ValidRange(min="1Gi", max="200Gi"))),
         False,
     ),
     "policy default below min": (
-        shared(RequestPolicy(default="1Gi", validRange=ValidRange(min="2Gi"))),
+        shared(RequestPolicy(default="1Gi", valid_range=ValidRange(min="2Gi"))),
         False,
     ),
 }

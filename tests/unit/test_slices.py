@@ -568,42 +568,42 @@ def test_taint_values_are_label_values(value: str, ok: bool) -> None:
 def shared(policy: RequestPolicy, value: str = "100Gi") -> Device:
     return Device(
         name="gpu-0",
-        allowMultipleAllocations=True,
-        capacity={"mem": DeviceCapacity(value=value, requestPolicy=policy)},
+        allow_multiple_allocations=True,
+        capacity={"mem": DeviceCapacity(value=value, request_policy=policy)},
     )
 
 
 @pytest.mark.parametrize(
     ("policy", "fragment"),
     [
-        (RequestPolicy(validValues=("1Gi",)), "default is required"),
-        (RequestPolicy(default="1Gi", validValues=("2Gi", "1Gi")), "ascending"),
-        (RequestPolicy(default="1Gi", validValues=("1Gi", "1024Mi")), "unique"),
+        (RequestPolicy(valid_values=("1Gi",)), "default is required"),
+        (RequestPolicy(default="1Gi", valid_values=("2Gi", "1Gi")), "ascending"),
+        (RequestPolicy(default="1Gi", valid_values=("1Gi", "1024Mi")), "unique"),
         (
-            RequestPolicy(default="1Gi", validValues=tuple(f"{i}Gi" for i in range(1, 12))),
+            RequestPolicy(default="1Gi", valid_values=tuple(f"{i}Gi" for i in range(1, 12))),
             "1 to 10",
         ),
-        (RequestPolicy(default="1Gi", validValues=("1Gi", "101Gi")), "exceed the capacity"),
-        (RequestPolicy(default="3Gi", validValues=("1Gi", "2Gi")), "must be one of validValues"),
-        (RequestPolicy(default="1Gi", validRange=ValidRange(min="101Gi")), "min exceeds the cap"),
-        (RequestPolicy(default="1Gi", validRange=ValidRange(min="1Gi", max="101Gi")), "max exc"),
+        (RequestPolicy(default="1Gi", valid_values=("1Gi", "101Gi")), "exceed the capacity"),
+        (RequestPolicy(default="3Gi", valid_values=("1Gi", "2Gi")), "must be one of validValues"),
+        (RequestPolicy(default="1Gi", valid_range=ValidRange(min="101Gi")), "min exceeds the cap"),
+        (RequestPolicy(default="1Gi", valid_range=ValidRange(min="1Gi", max="101Gi")), "max exc"),
         (
-            RequestPolicy(default="5Gi", validRange=ValidRange(min="6Gi", max="5Gi")),
+            RequestPolicy(default="5Gi", valid_range=ValidRange(min="6Gi", max="5Gi")),
             "min exceeds max",
         ),
-        (RequestPolicy(default="1Gi", validRange=ValidRange(min="2Gi")), "outside the range"),
-        (RequestPolicy(default="1Gi", validRange=ValidRange(min="1Gi", step="0")), "positive"),
+        (RequestPolicy(default="1Gi", valid_range=ValidRange(min="2Gi")), "outside the range"),
+        (RequestPolicy(default="1Gi", valid_range=ValidRange(min="1Gi", step="0")), "positive"),
         (
-            RequestPolicy(default="1Gi", validRange=ValidRange(min="1Gi", step="100Gi")),
+            RequestPolicy(default="1Gi", valid_range=ValidRange(min="1Gi", step="100Gi")),
             "min + step",
         ),
         (
-            RequestPolicy(default="1536Mi", validRange=ValidRange(min="1Gi", step="1Gi")),
+            RequestPolicy(default="1536Mi", valid_range=ValidRange(min="1Gi", step="1Gi")),
             "default off-step",
         ),
         (
             RequestPolicy(
-                default="1Gi", validRange=ValidRange(min="1Gi", max="2560Mi", step="1Gi")
+                default="1Gi", valid_range=ValidRange(min="1Gi", max="2560Mi", step="1Gi")
             ),
             "max is off-step",
         ),
@@ -617,9 +617,9 @@ def test_request_policy_rules(policy: RequestPolicy, fragment: str) -> None:
     "policy",
     [
         RequestPolicy(default="1Gi"),
-        RequestPolicy(default="1Gi", validValues=("1Gi", "2Gi", "100Gi")),
-        RequestPolicy(default="2Gi", validRange=ValidRange(min="1Gi", max="100Gi", step="1Gi")),
-        RequestPolicy(default="500m", validRange=ValidRange(min="500m")),
+        RequestPolicy(default="1Gi", valid_values=("1Gi", "2Gi", "100Gi")),
+        RequestPolicy(default="2Gi", valid_range=ValidRange(min="1Gi", max="100Gi", step="1Gi")),
+        RequestPolicy(default="500m", valid_range=ValidRange(min="500m")),
     ],
 )
 def test_valid_request_policies_render(policy: RequestPolicy) -> None:
