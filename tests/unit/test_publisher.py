@@ -501,3 +501,43 @@ def test_dropped_fields_and_gates() -> None:
         gate_for_path("spec.devices[0].capacity.m.requestPolicy.default") == "DRAConsumableCapacity"
     )
     assert gate_for_path("spec.devices[0].name") is None
+
+
+def test_a_noop_resync_checks_and_renders_nothing_again(
+    api: FakeApi, desired: Desired, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rendered pools are reused while discovery returns the same content (equal, not same)."""
+    from drakit.slices import check_pool as real
+
+    checked: list[str] = []
+
+    def counting(spec: PoolSpec) -> Any:
+        checked.append(spec.pool)
+        return real(spec)
+
+    monkeypatch.setattr("drakit.publisher.check_pool", counting)
+    pub = make(api, desired)
+    pub.sync_once()
+    assert sorted(checked) == ["extra", NODE]
+    desired.set(DRIVER, "extra", [gpu(i) for i in range(3)])  # a new, equal PoolSpec
+    assert pub.sync_once().writes == 0
+    assert sorted(checked) == ["extra", NODE], "nothing re-checked"
+    desired.set(DRIVER, "extra", [gpu(i, mem="40Gi") for i in range(3)])  # a real change
+    r = pub.sync_once()
+    assert (r.updates, r.generations[(DRIVER, "extra")]) == (1, 1)
+    assert sorted(checked) == ["extra", "extra", NODE]
+    assert api.objects[f"{NODE}-{DRIVER}-extra-a0"]["spec"]["devices"][0]["capacity"] == {
+        "memory": {"value": "40Gi"}
+    }
+
+
+def test_slices_created_after_the_node_is_recreated_get_its_new_uid(
+    api: FakeApi, desired: Desired
+) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    del api.objects[f"{NODE}-{DRIVER}-extra-a0"]
+    api.get_node = lambda name: {"metadata": {"name": name, "uid": "new-uid"}}  # type: ignore[method-assign]
+    assert pub.sync_once().creates == 1
+    refs = api.objects[f"{NODE}-{DRIVER}-extra-a0"]["metadata"]["ownerReferences"]
+    assert refs[0]["uid"] == "new-uid"

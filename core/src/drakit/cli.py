@@ -5,7 +5,6 @@ A user error is one clear line on stderr and exit code 2; ``--verbose`` adds the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sys
@@ -20,18 +19,14 @@ from pydantic import ValidationError
 
 from drakit.config import (
     DrakitSettings,
-    known_keys,
     load_settings,
-    read_config_file,
     validation_errors,
 )
 from drakit.errors import ConfigInvalid, DrakitError
 from drakit.inventory import build_inventory
 from drakit.pluginhost import (
-    PLUGIN_GROUP,
     installed_plugins,
     installed_strategies,
-    load_entry_points,
 )
 from drakit.runtime import effective_settings, open_host
 
@@ -265,42 +260,35 @@ def shape(
 @config.command("validate")
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 def config_validate(file: Path) -> None:
-    """Check FILE; print every error with its path and the fix, exit 2 if any."""
-    errors: list[tuple[str, str]] = []
-    sections: dict[str, Any] = {}
-    try:
-        settings = load_settings(file)
-        sections = dict(effective_settings(settings).plugins)
-    except ConfigInvalid as e:
-        errors.extend(e.errors)
-        with contextlib.suppress(ConfigInvalid):  # unreadable or not YAML: already reported
-            raw = read_config_file(file).get("plugins")
-            if isinstance(raw, dict):
-                sections = {str(k): v for k, v in raw.items()}
-            elif isinstance(raw, list):
-                sections = {str(k): {} for k in raw}
-    names = list(sections)
-    installed = {e.name for e in installed_plugins()}
-    for name in names:
-        if name not in installed:
-            known = ", ".join(sorted(installed)) or "none"
-            errors.append((f"plugins.{name}", f"plugin not installed (installed: {known})"))
-            continue
-        [(_, cls)] = load_entry_points(PLUGIN_GROUP, [name])
-        model = cls.settings_model
-        try:
-            model.model_validate(sections.get(name) or {})
-        except ValidationError as e:
-            errors.extend(
-                validation_errors(
-                    e, prefix=f"plugins.{name}", known=known_keys(model, f"plugins.{name}")
-                )
-            )
-    if errors:
-        for path, msg in errors:
-            click.echo(f"{file}: {path}: {msg}" if path else f"{file}: {msg}", err=True)
+    """Check FILE and DRAKIT_* as start-up would; print each error with its source and the fix."""
+    from drakit.validate import validate_config  # noqa: PLC0415
+
+    problems, names = validate_config(file)
+    if problems:
+        for p in problems:
+            click.echo(str(p), err=True)
         sys.exit(USER_ERROR)
     click.echo(f"{file}: valid ({', '.join(names)})")
+
+
+@cli.group()
+def claim() -> None:
+    """Check ResourceClaims, ResourceClaimTemplates and DeviceClasses offline."""
+
+
+@claim.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+def claim_validate(files: tuple[Path, ...], config_path: Path | None) -> None:
+    """Check the opaque configs in FILES through the plugins that own them; exit 2 on errors."""
+    from drakit.validate import validate_claim_files  # noqa: PLC0415
+
+    problems, checked = validate_claim_files(files, config=config_path)
+    if problems:
+        for p in problems:
+            click.echo(str(p), err=True)
+        sys.exit(USER_ERROR)
+    click.echo(f"{checked} object(s) valid")
 
 
 @cli.command()

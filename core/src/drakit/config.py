@@ -51,6 +51,7 @@ __all__ = [
     "load_settings",
     "read_config_file",
     "validation_errors",
+    "yaml_shape_problem",
 ]
 
 ENV_PREFIX = "DRAKIT_"
@@ -264,7 +265,7 @@ def validation_errors(
     return out
 
 
-def _check_shape(text: str) -> str | None:
+def yaml_shape_problem(text: str) -> str | None:
     """Why the YAML text is too big or too deep to load (``None``: it is fine).
 
     Reads the event stream (PyYAML's parser is not recursive), so a deeply nested document is
@@ -299,7 +300,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigInvalid([("", f"cannot read {path}: {e.strerror}")], source=str(path)) from e
     try:
-        problem = _check_shape(text)
+        problem = yaml_shape_problem(text)
         data = None if problem else yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)

@@ -131,6 +131,25 @@ class _PoolState:
     rendered: list[dict[str, Any]]  # render_pool(spec, generation=0): the pool's content
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """A pool as last discovered, checked and rendered (reused while discovery is unchanged)."""
+
+    spec: PoolSpec
+    rendered: list[dict[str, Any]]
+    rejected: list[str]
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """The objects to publish for one rendering at one generation, with their fingerprints."""
+
+    rendered: list[dict[str, Any]]
+    generation: int
+    uid: str
+    objects: list[tuple[dict[str, Any], str]]
+
+
 @dataclass
 class _Written:
     fingerprint: str
@@ -201,6 +220,8 @@ class ResourceSlicePublisher:
         self._dropped: dict[str, str] = {}
         self._reported: set[str] = set()
         self._rejected: dict[PoolKey, list[str]] = {}
+        self._checked: dict[PoolKey, _Checked] = {}
+        self._wanted: dict[PoolKey, _Wanted] = {}
         self._rejections_reported: set[str] = set()
         self._deleted: set[str] = set()
         self._rng = random.Random()  # noqa: S311 - jitter, not cryptography
@@ -413,17 +434,23 @@ class ResourceSlicePublisher:
         rendered: dict[PoolKey, list[dict[str, Any]]] = {}
         protected: set[PoolKey] = set()
         rejected: dict[PoolKey, list[str]] = {}
+        checked_now: dict[PoolKey, _Checked] = {}
         for spec in pools:
             key = (spec.driver, spec.pool)
-            try:
-                checked, refused = check_pool(spec)
-            except DrakitError as exc:  # SliceValidationError: keep what is published
-                errors.append(exc)
-                protected.add(key)
-                continue
-            rendered[key] = render_checked(checked, generation=0)
-            if refused:
-                rejected[key] = [str(e) for e in refused]
+            cached = self._checked.get(key)
+            if cached is None or not (cached.spec is spec or cached.spec == spec):
+                try:
+                    kept, refused = check_pool(spec)
+                except DrakitError as exc:  # SliceValidationError: keep what is published
+                    errors.append(exc)
+                    protected.add(key)
+                    continue
+                cached = _Checked(spec, render_checked(kept), [str(e) for e in refused])
+            checked_now[key] = cached
+            rendered[key] = cached.rendered
+            if cached.rejected:
+                rejected[key] = cached.rejected
+        self._checked = checked_now
         self._rejected = rejected
         return rendered, protected
 
@@ -506,6 +533,8 @@ class ResourceSlicePublisher:
         """Drop the memory of pools and slices that are no longer desired."""
         for key in self._pools.keys() - keep:
             del self._pools[key]
+        for key in self._wanted.keys() - keep:
+            del self._wanted[key]
         for name in self._written.keys() - self._expected:
             del self._written[name]
         for name in self._dropped.keys() - self._expected:
@@ -515,7 +544,7 @@ class ResourceSlicePublisher:
         for s in sorted(slices, key=name_of):
             self._delete(s)
 
-    def _choosegeneration_of(
+    def _choose_generation(
         self, key: PoolKey, rendered0: list[dict[str, Any]], observed: list[dict[str, Any]]
     ) -> int:
         """Keep the pool's generation unless its content changed; then bump it."""
@@ -523,7 +552,7 @@ class ResourceSlicePublisher:
         g_obs = max((generation_of(s) for s in observed), default=-1)
         base = max(g_obs, state.generation if state else -1)
         if state is not None:
-            changed = state.rendered != rendered0
+            changed = state.rendered is not rendered0 and state.rendered != rendered0
         else:  # adopt what a predecessor published if it is what we want
             changed = bool(observed) and not self._pool_matches(rendered0, observed)
         generation = base + 1 if changed else max(base, 0)
@@ -549,15 +578,25 @@ class ResourceSlicePublisher:
         by_name: Mapping[str, dict[str, Any]],
         uid: str,
     ) -> None:
-        generation = self._choosegeneration_of(key, rendered0, observed)
-        wanted = [self._desired_object(o, generation, uid) for o in rendered0]
-        names = {name_of(o) for o in wanted}
+        generation = self._choose_generation(key, rendered0, observed)
+        cached = self._wanted.get(key)
+        if not (
+            cached is not None
+            and cached.rendered is rendered0
+            and cached.generation == generation
+            and cached.uid == uid
+        ):
+            objects = [self._desired_object(o, generation, uid) for o in rendered0]
+            cached = _Wanted(rendered0, generation, uid, [(o, fingerprint(o)) for o in objects])
+            self._wanted[key] = cached
+        wanted = cached.objects
+        names = {name_of(o) for o, _ in wanted}
         # 1. obsolete slices of this pool first (with a UID precondition)
         self._delete_all(s for s in observed if name_of(s) not in names)
         # 2. update what differs, 3. create what is missing
         missing: list[dict[str, Any]] = []
         dropped: list[DroppedFieldsError] = []
-        for obj in wanted:
+        for obj, fp in wanted:
             current = by_name.get(name_of(obj))
             if current is not None and (
                 pool_key(current) != key or current["spec"].get("nodeName") != self.node_name
@@ -566,13 +605,13 @@ class ResourceSlicePublisher:
                 current = None
             if current is None:
                 missing.append(obj)
-            elif not self._is_current(obj, current):
+            elif not self._is_current(obj, fp, current):
                 self._collect(dropped, self._update, obj, current)
         if missing:
             fresh_uid = self._owner_uid(refresh=True)
-            for obj in missing:
-                obj["metadata"]["ownerReferences"] = self._owner_refs(fresh_uid)
-                self._collect(dropped, self._create, obj)
+            for obj in missing:  # a copy: the cached object keeps the owner it was made for
+                meta = {**obj["metadata"], "ownerReferences": self._owner_refs(fresh_uid)}
+                self._collect(dropped, self._create, {**obj, "metadata": meta})
         if dropped:
             raise dropped[0]
 
@@ -631,9 +670,8 @@ class ResourceSlicePublisher:
             for r in refs
         )
 
-    def _is_current(self, obj: dict[str, Any], observed: Mapping[str, Any]) -> bool:
+    def _is_current(self, obj: dict[str, Any], fp: str, observed: Mapping[str, Any]) -> bool:
         name = name_of(obj)
-        fp = fingerprint(obj)
         rec = self._written.get(name)
         if (
             rec is not None
