@@ -51,6 +51,27 @@ def _dump(data: Any, output: str) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def _cells(*values: str) -> list[Any]:
+    """Table cells as plain text: ``0000:cd:00.0`` or ``[bold]`` print as they are."""
+    from rich.text import Text  # noqa: PLC0415 - rich is only needed for tables
+
+    return [Text(v) for v in values]
+
+
+def _sysfs_root(path: Path | None) -> Path | None:
+    """The host root for ``--sysfs-root``: the sysfs directory itself (``/sys``) works too."""
+    if path is None or (path / "sys").is_dir():
+        return path
+    if (path / "devices" / "system").is_dir():
+        if path.name == "sys":
+            return path.parent
+        raise UserError(
+            f"--sysfs-root {path}: this is a sysfs directory, but drakit reads <root>/sys and"
+            f" <root>/proc; pass the directory that holds it as sys/"
+        )
+    raise UserError(f"--sysfs-root {path}: no sys/ directory in it; pass the host root (/)")
+
+
 def hardware_options(f: F) -> F:
     """``--profile``/``--sysfs-root``/``--config``/``--node-name`` shared by several commands."""
     f = click.option("--node-name", help="Node name (default: the profile name or host name).")(f)
@@ -63,7 +84,7 @@ def hardware_options(f: F) -> F:
     f = click.option(
         "--sysfs-root",
         type=click.Path(path_type=Path, file_okay=False, exists=True),
-        help="Read hardware from this sysfs root instead of /.",
+        help="Host root whose sys/ is read instead of /sys (the sysfs directory itself works too).",
     )(f)
     return click.option("--profile", help="Simulated hardware profile (see `drakit profiles`).")(f)
 
@@ -73,7 +94,11 @@ def _settings(
 ) -> DrakitSettings:
     return load_settings(
         config_path,
-        overrides={"profile": profile, "sysfs_root": sysfs_root, "node_name": node_name},
+        overrides={
+            "profile": profile,
+            "sysfs_root": _sysfs_root(sysfs_root),
+            "node_name": node_name,
+        },
     )
 
 
@@ -142,7 +167,7 @@ def plugins(config_path: Path | None, output: str) -> None:
     for col in ("kind", "name", "distribution", "version", "state"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["kind"], r["name"], r["distribution"], r["version"], r["state"])
+        table.add_row(*_cells(r["kind"], r["name"], r["distribution"], r["version"], r["state"]))
     Console().print(table)
 
 
@@ -192,7 +217,7 @@ def discover(
     for r in rows:
         attrs = ", ".join(f"{k.rsplit('/', 1)[-1]}={v}" for k, v in r["attributes"].items())
         caps = ", ".join(f"{k}={v}" for k, v in r["capacity"].items())
-        table.add_row(r["driver"], r["device"], r["plugin"], attrs, caps)
+        table.add_row(*_cells(r["driver"], r["device"], r["plugin"], attrs, caps))
     Console(width=200).print(table)
 
 
@@ -301,7 +326,11 @@ def claim_validate(files: tuple[Path, ...], config_path: Path | None) -> None:
 @click.option("--cdi-dir", type=click.Path(path_type=Path), help="Where CDI specs are written.")
 @click.option("--state-dir", type=click.Path(path_type=Path), help="Checkpoints and locks.")
 @click.option("--profile", help="Simulated hardware profile instead of the real sysfs.")
-@click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option(
+    "--sysfs-root",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="Host root whose sys/ is read instead of /sys (the sysfs directory itself works too).",
+)
 @click.option("--metrics-port", type=int, help="Port for /metrics, /healthz, /readyz (0: any).")
 def node(
     config_path: Path | None,
@@ -327,7 +356,7 @@ def node(
         "cdi_dir": cdi_dir,
         "state_dir": state_dir,
         "profile": profile,
-        "sysfs_root": sysfs_root,
+        "sysfs_root": _sysfs_root(sysfs_root),
     }
     settings = load_settings(config_path, overrides=overrides)
     if metrics_port is not None:
