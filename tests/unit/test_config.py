@@ -354,3 +354,13 @@ def test_deep_json_in_a_variable_is_a_one_line_error(monkeypatch: pytest.MonkeyP
     with pytest.raises(ConfigInvalid) as exc:
         load_settings(None)
     assert len(exc.value.lines()) == 1
+
+
+def test_a_key_with_a_newline_stays_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the property test: the unknown key was echoed raw, splitting the line."""
+    code, _, err = validate(write(tmp_path, 'health:\n  "a\\nb": 1\n'), capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "health.'a\\nb': unknown key" in err

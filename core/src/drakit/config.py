@@ -230,8 +230,9 @@ def _format_loc(loc: tuple[int | str, ...], prefix: str) -> str:
     for item in loc:
         if isinstance(item, int):
             parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
-        else:
-            parts.append(item)
+        else:  # a key from the file is shown quoted when it would break the one-line error
+            plain = item.isprintable() and len(item) <= 80  # noqa: PLR2004
+            parts.append(item if plain else repr(item[:80]))
     return ".".join(parts)
 
 

@@ -7,6 +7,7 @@ as a small public helper.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 __all__ = ["MAX_CPULIST_CHARS", "MAX_CPUS", "CpuListError", "format_cpulist", "parse_cpulist"]
@@ -35,7 +36,8 @@ def parse_cpulist(text: str) -> frozenset[int]:
         raise CpuListError(
             f"a CPU list of {len(text)} characters is too long (at most {MAX_CPULIST_CHARS})"
         )
-    shown = text if len(text) <= 40 else f"{text[:37]}..."  # noqa: PLR2004
+    # quoted with escapes, so a newline in the input cannot split the one-line error
+    shown = json.dumps(text if len(text) <= 40 else f"{text[:37]}...", ensure_ascii=False)[1:-1]  # noqa: PLR2004
     cpus: set[int] = set()
     stripped = text.strip()
     if not stripped:
