@@ -196,7 +196,7 @@ spec:
         ),
         (
             "opaque: {driver: Bad_Driver, parameters: {}}",
-            "opaque.driver: 'Bad_Driver' is not a driver name (a DNS subdomain)",
+            "opaque.driver: 'Bad_Driver' is not a DRA driver name: use a lower-case DNS subdomain",
         ),
         (
             f"opaque: {{driver: {CPU}, parameters: [1, 2]}}",

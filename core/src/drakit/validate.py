@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from drakit.config import (
     DrakitSettings,
+    DriverName,
     env_variable,
     known_keys,
     load_settings,
@@ -56,7 +56,7 @@ __all__ = ["Problem", "validate_claim_files", "validate_config"]
 MAX_OPAQUE_BYTES = 10 * 1024
 """``OpaqueParametersMaxLength``: the API server's limit on one opaque config object."""
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DRIVER: TypeAdapter[str] = TypeAdapter(DriverName)
 _KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
 
 
@@ -255,10 +255,12 @@ def _check_entry(
 def _check_opaque(
     opaque: Mapping[str, Any], path: str, host: PluginHost | None
 ) -> list[tuple[str, str]]:
-    driver = opaque.get("driver")
+    driver: Any = opaque.get("driver")
     params = opaque.get("parameters")
-    if not isinstance(driver, str) or len(driver) > 63 or not _DNS_SUBDOMAIN.match(driver):  # noqa: PLR2004
-        return [(f"{path}.driver", f"{driver!r} is not a driver name (a DNS subdomain)")]
+    try:
+        driver = _DRIVER.validate_python(driver)
+    except ValidationError as e:
+        return [(f"{path}.driver", validation_errors(e)[0][1])]
     if not isinstance(params, dict):
         return [(f"{path}.parameters", "must be a JSON object")]
     size = len(json.dumps(params, separators=(",", ":")).encode())
