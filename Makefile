@@ -5,8 +5,9 @@ UV = $(shell hack/ensure-uv.sh)
 
 .PHONY: setup demo test lint unit e2e control-plane helm bench fmt
 
+# --inexact: keep packages the lock does not name (a vendor's `uv pip install -e ../my-plugin`)
 setup:
-	$(UV) sync --all-packages --frozen
+	$(UV) sync --all-packages --frozen --inexact
 
 demo: setup
 	$(UV) run drakit demo

@@ -179,3 +179,4 @@ def test_slice_writes_and_prepared_claims_are_exported(node: Running) -> None:
     got = samples(node.proc.http("/metrics")[1])
     assert got.get('drakit_slice_writes_total{op="create"}', 0) >= len(DRIVERS)
     assert f'drakit_prepared_claims{{driver="{CPU}"}}' in got
+    assert got[f'drakit_devices_rejected{{driver="{CPU}"}}'] == 0  # exported, none left out

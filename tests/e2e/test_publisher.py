@@ -28,9 +28,10 @@ from drakit.config import DrakitSettings
 from drakit.inventory import build_inventory
 from drakit.kube import KubeClient
 from drakit.models import CounterConsumption, CounterSet, Device
-from drakit.publisher import ResourceSlicePublisher, dropped_fields
+from drakit.publisher import ResourceSlicePublisher
 from drakit.runtime import open_host
 from drakit.sim import list_profiles
+from drakit.slicediff import dropped_fields
 from drakit.slices import PoolSpec, render_pool
 
 pytestmark = pytest.mark.e2e

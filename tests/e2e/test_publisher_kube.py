@@ -21,7 +21,7 @@ from drakit.errors import PermanentError, RetryableError
 from drakit.kube import ConflictError, KubeClient, NotFoundError
 from drakit.models import Device
 from drakit.publisher import DroppedFieldsError, ResourceSlicePublisher
-from drakit.slices import PoolSpec, render_pool
+from drakit.slices import PoolSpec, render_checked, render_pool
 
 pytestmark = pytest.mark.e2e
 
@@ -161,14 +161,14 @@ def test_a_field_the_server_drops_is_reported_once(
     """
     node = fake_node()
     name = node["metadata"]["name"]
-    real_render = render_pool
+    real_render = render_checked
 
     def render_with_future_field(spec: PoolSpec, *, generation: int = 0) -> list[dict[str, Any]]:
         out = real_render(spec, generation=generation)
         out[0]["spec"]["devices"][0]["allowMultipleAllocationsV2"] = True
         return out
 
-    monkeypatch.setattr(publisher_module, "render_pool", render_with_future_field)
+    monkeypatch.setattr(publisher_module, "render_checked", render_with_future_field)
     pools = [
         PoolSpec(
             driver=DRIVER, node=name, pool=name, devices=(Device(name="d0"), Device(name="d1"))

@@ -16,14 +16,9 @@ import pytest
 
 from drakit.errors import PermanentError, RetryableError, SliceValidationError
 from drakit.kube import ConflictError, KubeClient, NotFoundError
-from drakit.models import Device, DeviceTaint
-from drakit.publisher import (
-    DroppedFieldsError,
-    ResourceSlicePublisher,
-    dropped_fields,
-    gate_for_path,
-    semantically_equal,
-)
+from drakit.models import CounterSet, Device, DeviceTaint
+from drakit.publisher import DroppedFieldsError, ResourceSlicePublisher
+from drakit.slicediff import dropped_fields, gate_for_path, semantically_equal
 from drakit.slices import PoolSpec
 
 NODE = "node-a"
@@ -242,7 +237,7 @@ def test_content_change_bumps_only_that_pool(api: FakeApi, desired: Desired) -> 
 def test_deleted_and_edited_slices_are_restored_in_place(api: FakeApi, desired: Desired) -> None:
     pub = make(api, desired)
     pub.sync_once()
-    name0, name1 = f"{NODE}-{DRIVER}-0", f"{NODE}-{DRIVER}-1"
+    name0, name1 = f"{NODE}-{DRIVER}-a0", f"{NODE}-{DRIVER}-a1"
     del api.objects[name1]
     api.edit(name0, lambda o: o["spec"]["devices"][0]["capacity"]["memory"].update(value="1Gi"))
     r = pub.sync_once()
@@ -255,7 +250,7 @@ def test_deleted_and_edited_slices_are_restored_in_place(api: FakeApi, desired: 
 def test_stripped_owner_reference_is_restored(api: FakeApi, desired: Desired) -> None:
     pub = make(api, desired)
     pub.sync_once()
-    name = f"{NODE}-{DRIVER}-extra-0"
+    name = f"{NODE}-{DRIVER}-extra-a0"
     api.edit(name, lambda o: o["metadata"].pop("ownerReferences"))
     assert pub.sync_once().updates == 1
     assert api.objects[name]["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
@@ -285,7 +280,7 @@ def test_undesired_slices_go_but_other_drivers_and_nodes_stay(
     assert (r.creates, r.updates, r.deletes) == (0, 0, 2)
     assert {"other-driver", "other-node"} <= api.objects.keys()
     assert "stray" not in api.objects
-    assert f"{NODE}-{DRIVER}-extra-0" not in api.objects
+    assert f"{NODE}-{DRIVER}-extra-a0" not in api.objects
 
 
 def test_failed_discovery_leaves_slices_alone(api: FakeApi, desired: Desired) -> None:
@@ -300,13 +295,66 @@ def test_failed_discovery_leaves_slices_alone(api: FakeApi, desired: Desired) ->
     assert "sysfs vanished" in pub.last_error
 
 
-def test_invalid_pool_keeps_its_published_slices(api: FakeApi, desired: Desired) -> None:
+def test_invalid_pool_name_fails_that_pool_alone(api: FakeApi, desired: Desired) -> None:
     pub = make(api, desired)
     pub.sync_once()
-    desired.set(DRIVER, "extra", [gpu(1), gpu(1)])  # duplicate device name
-    with pytest.raises(SliceValidationError, match="unique"):
+    desired.pools[(DRIVER, "extra")] = PoolSpec(
+        driver=DRIVER, node=NODE, pool="Extra_Pool", devices=(gpu(1),)
+    )
+    with pytest.raises(SliceValidationError, match="pool 'Extra_Pool'"):
         pub.sync_once()
-    assert f"{NODE}-{DRIVER}-extra-0" in api.objects
+    assert not pub.synced
+    assert not any("extra" in name for name in api.objects), "nothing of it is published"
+    assert f"{NODE}-{DRIVER}-a1" in api.objects, "the other pool stays"
+
+
+def test_a_rejected_device_is_left_out_and_the_rest_of_its_pool_published(
+    api: FakeApi, desired: Desired
+) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    bad_taint = gpu(7, taints=(DeviceTaint(key="bad key!", effect="NoSchedule"),))
+    desired.set(DRIVER, "extra", [gpu(0), gpu(0), bad_taint, gpu(1)])  # gpu-0 twice
+    result = pub.sync_once()  # no exception: the pool is published without the two
+    assert pub.synced
+    assert (result.updates, result.rejected) == (1, 2)
+    [slice_] = [o for o in api.objects.values() if o["spec"]["pool"]["name"] == "extra"]
+    assert [d["name"] for d in slice_["spec"]["devices"]] == ["gpu-0", "gpu-1"]
+    [reasons] = pub.rejected.values()
+    assert "device gpu.example.com/extra/gpu-0: device names must be unique" in reasons[0]
+    assert "device gpu.example.com/extra/gpu-7: taint key 'bad key!'" in reasons[1]
+    assert pub.rejected_by_driver() == {DRIVER: 2}
+    rejections = [m for r, m in api.events if r == "DeviceRejected"]
+    assert len(rejections) == 2
+    assert "gpu-7" in rejections[1]
+
+    pub.sync_once()  # still rejected: reported once, no new Event, nothing written
+    assert len([r for r, _ in api.events if r == "DeviceRejected"]) == 2
+    desired.set(DRIVER, "extra", [gpu(0), gpu(1), gpu(7)])  # fixed
+    assert pub.sync_once().rejected == 0
+    assert pub.rejected == {}
+    assert pub.rejected_by_driver() == {DRIVER: 0}
+
+
+def test_a_rejected_counter_set_takes_its_consumers_with_it(api: FakeApi) -> None:
+    sets = (
+        CounterSet(name="good", counters={"mem": "80Gi"}),
+        CounterSet(name="Bad_Set", counters={"mem": "80Gi"}),
+    )
+    devices = tuple(
+        gpu(i, consumesCounters=[{"counterSet": cs, "counters": {"mem": "10Gi"}}])
+        for i, cs in enumerate(["good", "Bad_Set"])
+    )
+    spec = PoolSpec(driver=DRIVER, node=NODE, pool=NODE, devices=devices, counter_sets=sets)
+    pub = ResourceSlicePublisher(api, NODE, lambda: [spec], drivers={DRIVER})
+    assert pub.sync_once().rejected == 2
+    published = sorted(
+        d["name"] for o in api.objects.values() for d in o["spec"].get("devices") or []
+    )
+    assert published == ["gpu-0"]
+    [reasons] = pub.rejected.values()
+    assert "counter set 'Bad_Set'" in reasons[0]
+    assert "gpu-1: consumesCounters references counter set 'Bad_Set'" in reasons[1]
 
 
 def test_api_down_then_back(api: FakeApi, desired: Desired) -> None:
@@ -338,7 +386,7 @@ def test_conflict_is_reported_and_the_next_round_converges(api: FakeApi, desired
     api.update_resource_slice = real_update  # type: ignore[method-assign]
     r = pub.sync_once()
     assert r.updates == 1
-    assert gens(api)[f"{NODE}-{DRIVER}-extra-0"] == 1, "one bump, not two"
+    assert gens(api)[f"{NODE}-{DRIVER}-extra-a0"] == 1, "one bump, not two"
 
 
 def test_dropped_fields_are_reported_once_without_a_write_loop(api: FakeApi) -> None:
@@ -349,7 +397,7 @@ def test_dropped_fields_are_reported_once_without_a_write_loop(api: FakeApi) -> 
     with pytest.raises(DroppedFieldsError) as err:
         pub.sync_once()
     assert str(err.value) == (
-        f"ResourceSlice {NODE}-{DRIVER}-0: spec.devices[0].allowMultipleAllocations was dropped "
+        f"ResourceSlice {NODE}-{DRIVER}-a0: spec.devices[0].allowMultipleAllocations was dropped "
         "by the API server: enable the DRAConsumableCapacity feature gate"
     )
     assert pub.synced, "the slices are published, as far as the server allows"
@@ -453,3 +501,43 @@ def test_dropped_fields_and_gates() -> None:
         gate_for_path("spec.devices[0].capacity.m.requestPolicy.default") == "DRAConsumableCapacity"
     )
     assert gate_for_path("spec.devices[0].name") is None
+
+
+def test_a_noop_resync_checks_and_renders_nothing_again(
+    api: FakeApi, desired: Desired, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rendered pools are reused while discovery returns the same content (equal, not same)."""
+    from drakit.slices import check_pool as real
+
+    checked: list[str] = []
+
+    def counting(spec: PoolSpec) -> Any:
+        checked.append(spec.pool)
+        return real(spec)
+
+    monkeypatch.setattr("drakit.publisher.check_pool", counting)
+    pub = make(api, desired)
+    pub.sync_once()
+    assert sorted(checked) == ["extra", NODE]
+    desired.set(DRIVER, "extra", [gpu(i) for i in range(3)])  # a new, equal PoolSpec
+    assert pub.sync_once().writes == 0
+    assert sorted(checked) == ["extra", NODE], "nothing re-checked"
+    desired.set(DRIVER, "extra", [gpu(i, mem="40Gi") for i in range(3)])  # a real change
+    r = pub.sync_once()
+    assert (r.updates, r.generations[(DRIVER, "extra")]) == (1, 1)
+    assert sorted(checked) == ["extra", "extra", NODE]
+    assert api.objects[f"{NODE}-{DRIVER}-extra-a0"]["spec"]["devices"][0]["capacity"] == {
+        "memory": {"value": "40Gi"}
+    }
+
+
+def test_slices_created_after_the_node_is_recreated_get_its_new_uid(
+    api: FakeApi, desired: Desired
+) -> None:
+    pub = make(api, desired)
+    pub.sync_once()
+    del api.objects[f"{NODE}-{DRIVER}-extra-a0"]
+    api.get_node = lambda name: {"metadata": {"name": name, "uid": "new-uid"}}  # type: ignore[method-assign]
+    assert pub.sync_once().creates == 1
+    refs = api.objects[f"{NODE}-{DRIVER}-extra-a0"]["metadata"]["ownerReferences"]
+    assert refs[0]["uid"] == "new-uid"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from drakit.config import DrakitSettings
 from drakit.errors import SliceValidationError
@@ -30,7 +31,14 @@ from drakit.models import (
 )
 from drakit.runtime import open_host
 from drakit.sim import list_profiles, profile_info
-from drakit.slices import API_VERSION, PoolSpec, render_pool, render_slices
+from drakit.slices import (
+    API_VERSION,
+    PoolSpec,
+    check_pool,
+    render_pool,
+    render_slices,
+    slice_name,
+)
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
@@ -135,8 +143,8 @@ def test_counter_sets_get_slices_of_their_own_at_most_8_each() -> None:
 def test_pool_metadata() -> None:
     slices = render(plain(200))
     assert [s["metadata"]["name"] for s in slices] == [
-        "node-1-gpu.example.com-0",
-        "node-1-gpu.example.com-1",
+        "node-1-gpu.example.com-a0",
+        "node-1-gpu.example.com-a1",
     ]
     for s in slices:
         assert s["apiVersion"] == API_VERSION == "resource.k8s.io/v1"
@@ -163,7 +171,7 @@ def test_devices_with_a_pool_go_to_their_own_pool_counter_sets_to_the_nodes() ->
     pools = Counter(s["spec"]["pool"]["name"] for s in slices)
     assert pools == {NODE: 2, "rack-7": 1}
     [remote] = [s for s in slices if s["spec"]["pool"]["name"] == "rack-7"]
-    assert remote["metadata"]["name"] == "node-1-gpu.example.com-rack-7-0"
+    assert remote["metadata"]["name"] == "node-1-gpu.example.com-rack-7-a0"
     assert "sharedCounters" not in remote["spec"]
 
 
@@ -249,7 +257,7 @@ def test_device_name_must_be_a_dns_label(name: str) -> None:
         ("a" * 33, "C identifier of at most 32"),
         ("1st", "C identifier"),
         ("has-dash", "C identifier"),
-        ("Bad_Domain/model", "domain of 'Bad_Domain/model' must be a DNS subdomain"),
+        ("Bad_Domain/model", "name 'Bad_Domain/model': the domain must be a DNS subdomain"),
         (("d" * 64) + "/model", "at most 63"),
     ],
 )
@@ -277,20 +285,54 @@ def test_driver_name_must_be_a_dns_subdomain() -> None:
         render_slices("gpu_example.com", NODE, plain(1))
 
 
-def test_string_attribute_over_64_characters() -> None:
-    rejects([Device(name="gpu-0", attributes={"serial": "x" * 65})], "attribute serial", "over 64")
+def unchecked(name: str, field: str, attribute: str, value: Any) -> Device:
+    """A device whose attribute skipped the model's checks (a plugin using model_construct)."""
+    return Device.model_construct(
+        name=name, attributes={attribute: DeviceAttribute.model_construct(**{field: value})}
+    )
+
+
+def refused_everywhere(field: str, value: Any, *fragments: str) -> None:
+    """The model refuses the value naming device and attribute; the renderer refuses it too."""
+    with pytest.raises(ValidationError) as exc:
+        Device(name="gpu-0", attributes={"fw": DeviceAttribute.model_validate({field: value})})
+    with pytest.raises(ValidationError) as named:
+        Device.model_validate({"name": "gpu-0", "attributes": {"fw": {field: value}}})
+    assert "device 'gpu-0': attributes.fw:" in str(named.value)
+    for fragment in fragments:
+        assert fragment in str(exc.value)
+        assert fragment in str(named.value)
+    internal = "int_" if field == "int" else field
+    rejects([unchecked("gpu-0", internal, "fw", value)], "attribute fw", *fragments)
+
+
+def test_string_attribute_over_64_bytes() -> None:
+    refused_everywhere("string", "x" * 65, "65 bytes")
     render([Device(name="gpu-0", attributes={"serial": "x" * 64})])
 
 
+def test_string_length_is_counted_in_utf8_bytes() -> None:
+    refused_everywhere("string", "é" * 33, "66 bytes in UTF-8")  # 33 characters
+    render([Device(name="gpu-0", attributes={"serial": "é" * 32})])  # 64 bytes
+
+
 def test_strings_in_a_list_attribute_are_limited_too() -> None:
-    dev = Device(name="gpu-0", attributes={"tags": DeviceAttribute(strings=("ok", "y" * 65))})
-    rejects([dev], "attribute tags", "over 64")
+    refused_everywhere("strings", ("ok", "y" * 65), "65 bytes")
 
 
-@pytest.mark.parametrize("version", ["1.2", "v1.2.3", "01.2.3", "1.2.3.4", "latest"])
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 10**30])
+def test_ints_outside_int64_are_refused(value: int) -> None:
+    refused_everywhere("int", value, "outside the int64 range")
+    refused_everywhere("ints", (1, value), "outside the int64 range")
+
+
+def test_int64_bounds_are_accepted() -> None:
+    render([Device(name="gpu-0", attributes={"a": 2**63 - 1, "b": -(2**63)})])
+
+
+@pytest.mark.parametrize("version", ["1.2", "2.4", "v1.2.3", "01.2.3", "1.2.3.4", "latest"])
 def test_bad_semver_version(version: str) -> None:
-    dev = Device(name="gpu-0", attributes={"fw": DeviceAttribute(version=version)})
-    rejects([dev], "attribute fw", "is not a semantic version")
+    refused_everywhere("version", version, "is not a semantic version")
 
 
 @pytest.mark.parametrize("version", ["1.2.3", "0.0.0", "1.2.3-rc.1", "1.2.3+build.5", "12.4.0"])
@@ -299,8 +341,7 @@ def test_good_semver_version(version: str) -> None:
 
 
 def test_empty_list_attribute_is_rejected() -> None:
-    dev = Device(name="gpu-0", attributes={"links": DeviceAttribute(ints=())})
-    rejects([dev], "attribute links", "may not be empty")
+    refused_everywhere("ints", (), "may not be empty")
 
 
 def test_request_policy_needs_allow_multiple_allocations() -> None:
@@ -484,3 +525,139 @@ def test_every_profile_renders_with_the_default_backends(profile: str) -> None:
     expected = EXPECTED_PROFILES.get(profile)  # a profile registered at run time has no row
     if expected is not None:
         assert summary == expected
+
+
+# -- taints, request policies, partial pools, names in publishing order -------------------------
+
+
+def tainted(key: str, value: str = "") -> Device:
+    return Device(name="gpu-0", taints=(DeviceTaint(key=key, value=value),))
+
+
+@pytest.mark.parametrize(
+    "key", ["ok", "example.com/unhealthy", "a.b-c_d", "k" * 63, ("p" * 63 + ".") * 3 + "p/x"]
+)
+def test_taint_keys_that_are_label_names(key: str) -> None:
+    render([tainted(key)])
+
+
+@pytest.mark.parametrize(
+    "key", ["", "bad key", "-x", "x-", "k" * 64, "example.com/", "Bad_Prefix/x", "a/b/c", "k\u00e9"]
+)
+def test_taint_keys_that_are_not_label_names(key: str) -> None:
+    rejects([tainted(key)], "gpu-0", f"taint key {key!r} must be a label name")
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        ("v" * 63, True),
+        ("v" * 64, False),
+        ("a/b", False),
+        ("-a", False),
+        ("a.b_c-d", True),
+    ],
+)
+def test_taint_values_are_label_values(value: str, ok: bool) -> None:
+    if ok:
+        render([tainted("k", value)])
+    else:
+        rejects([tainted("k", value)], "gpu-0", "must be a label value")
+
+
+def shared(policy: RequestPolicy, value: str = "100Gi") -> Device:
+    return Device(
+        name="gpu-0",
+        allow_multiple_allocations=True,
+        capacity={"mem": DeviceCapacity(value=value, request_policy=policy)},
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "fragment"),
+    [
+        (RequestPolicy(valid_values=("1Gi",)), "default is required"),
+        (RequestPolicy(default="1Gi", valid_values=("2Gi", "1Gi")), "ascending"),
+        (RequestPolicy(default="1Gi", valid_values=("1Gi", "1024Mi")), "unique"),
+        (
+            RequestPolicy(default="1Gi", valid_values=tuple(f"{i}Gi" for i in range(1, 12))),
+            "1 to 10",
+        ),
+        (RequestPolicy(default="1Gi", valid_values=("1Gi", "101Gi")), "exceed the capacity"),
+        (RequestPolicy(default="3Gi", valid_values=("1Gi", "2Gi")), "must be one of validValues"),
+        (RequestPolicy(default="1Gi", valid_range=ValidRange(min="101Gi")), "min exceeds the cap"),
+        (RequestPolicy(default="1Gi", valid_range=ValidRange(min="1Gi", max="101Gi")), "max exc"),
+        (
+            RequestPolicy(default="5Gi", valid_range=ValidRange(min="6Gi", max="5Gi")),
+            "min exceeds max",
+        ),
+        (RequestPolicy(default="1Gi", valid_range=ValidRange(min="2Gi")), "outside the range"),
+        (RequestPolicy(default="1Gi", valid_range=ValidRange(min="1Gi", step="0")), "positive"),
+        (
+            RequestPolicy(default="1Gi", valid_range=ValidRange(min="1Gi", step="100Gi")),
+            "min + step",
+        ),
+        (
+            RequestPolicy(default="1536Mi", valid_range=ValidRange(min="1Gi", step="1Gi")),
+            "default off-step",
+        ),
+        (
+            RequestPolicy(
+                default="1Gi", valid_range=ValidRange(min="1Gi", max="2560Mi", step="1Gi")
+            ),
+            "max is off-step",
+        ),
+    ],
+)
+def test_request_policy_rules(policy: RequestPolicy, fragment: str) -> None:
+    rejects([shared(policy)], "gpu-0", "capacity mem: requestPolicy", fragment)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RequestPolicy(default="1Gi"),
+        RequestPolicy(default="1Gi", valid_values=("1Gi", "2Gi", "100Gi")),
+        RequestPolicy(default="2Gi", valid_range=ValidRange(min="1Gi", max="100Gi", step="1Gi")),
+        RequestPolicy(default="500m", valid_range=ValidRange(min="500m")),
+    ],
+)
+def test_valid_request_policies_render(policy: RequestPolicy) -> None:
+    render([shared(policy)])
+
+
+def test_check_pool_leaves_out_only_what_is_rejected() -> None:
+    devices = [*plain(3), tainted("bad key"), Device(name="dev-1"), *plain(2, "ok")]
+    spec = PoolSpec(driver=DRIVER, node=NODE, pool=NODE, devices=tuple(devices))
+    kept, errors = check_pool(spec)
+    assert [d.name for d in kept.devices] == ["dev-0", "dev-1", "dev-2", "ok-0", "ok-1"]
+    assert [str(e).split(":")[0] for e in errors] == [
+        f"device {DRIVER}/{NODE}/gpu-0",
+        f"device {DRIVER}/{NODE}/dev-1",
+    ]
+    assert check_pool(kept) == (kept, [])
+
+
+def test_check_pool_returns_a_clean_pool_unchanged() -> None:
+    spec = PoolSpec(driver=DRIVER, node=NODE, pool=NODE, devices=tuple(plain(3)))
+    kept, errors = check_pool(spec)
+    assert kept is spec
+    assert errors == []
+
+
+@pytest.mark.parametrize("count", [1, 9, 10, 11, 99, 100, 101, 1000, 12345])
+def test_slice_names_sort_in_publishing_order(count: int) -> None:
+    names = [slice_name("node-1-gpu.example.com", i) for i in range(count)]
+    assert sorted(names) == names
+    assert len(set(names)) == count
+    assert all(DNS_SUBDOMAIN.match(n) for n in names)
+
+
+def test_slice_names_of_a_big_pool_sort_like_its_devices() -> None:
+    slices = render(plain(128 * 12))  # 12 slices: the tenth must not sort before the second
+    names = [s["metadata"]["name"] for s in slices]
+    assert sorted(names) == names
+    by_name = sorted(slices, key=lambda s: s["metadata"]["name"])
+    order = [d["name"] for s in by_name for d in s["spec"]["devices"]]
+    assert order == [f"dev-{i}" for i in range(128 * 12)]

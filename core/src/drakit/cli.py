@@ -5,7 +5,6 @@ A user error is one clear line on stderr and exit code 2; ``--verbose`` adds the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import ssl
@@ -21,18 +20,14 @@ from pydantic import ValidationError
 
 from drakit.config import (
     DrakitSettings,
-    known_keys,
     load_settings,
-    read_config_file,
     validation_errors,
 )
 from drakit.errors import ConfigInvalid, DrakitError
 from drakit.inventory import build_inventory
 from drakit.pluginhost import (
-    PLUGIN_GROUP,
     installed_plugins,
     installed_strategies,
-    load_entry_points,
 )
 from drakit.runtime import effective_settings, open_host
 
@@ -57,6 +52,27 @@ def _dump(data: Any, output: str) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def _cells(*values: str) -> list[Any]:
+    """Table cells as plain text: ``0000:cd:00.0`` or ``[bold]`` print as they are."""
+    from rich.text import Text  # noqa: PLC0415 - rich is only needed for tables
+
+    return [Text(v) for v in values]
+
+
+def _sysfs_root(path: Path | None) -> Path | None:
+    """The host root for ``--sysfs-root``: the sysfs directory itself (``/sys``) works too."""
+    if path is None or (path / "sys").is_dir():
+        return path
+    if (path / "devices" / "system").is_dir():
+        if path.name == "sys":
+            return path.parent
+        raise UserError(
+            f"--sysfs-root {path}: this is a sysfs directory, but drakit reads <root>/sys and"
+            f" <root>/proc; pass the directory that holds it as sys/"
+        )
+    raise UserError(f"--sysfs-root {path}: no sys/ directory in it; pass the host root (/)")
+
+
 def hardware_options(f: F) -> F:
     """``--profile``/``--sysfs-root``/``--config``/``--node-name`` shared by several commands."""
     f = click.option("--node-name", help="Node name (default: the profile name or host name).")(f)
@@ -69,7 +85,7 @@ def hardware_options(f: F) -> F:
     f = click.option(
         "--sysfs-root",
         type=click.Path(path_type=Path, file_okay=False, exists=True),
-        help="Read hardware from this sysfs root instead of /.",
+        help="Host root whose sys/ is read instead of /sys (the sysfs directory itself works too).",
     )(f)
     return click.option("--profile", help="Simulated hardware profile (see `drakit profiles`).")(f)
 
@@ -79,7 +95,11 @@ def _settings(
 ) -> DrakitSettings:
     return load_settings(
         config_path,
-        overrides={"profile": profile, "sysfs_root": sysfs_root, "node_name": node_name},
+        overrides={
+            "profile": profile,
+            "sysfs_root": _sysfs_root(sysfs_root),
+            "node_name": node_name,
+        },
     )
 
 
@@ -149,7 +169,7 @@ def plugins(config_path: Path | None, output: str) -> None:
     for col in ("kind", "name", "distribution", "version", "state"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["kind"], r["name"], r["distribution"], r["version"], r["state"])
+        table.add_row(*_cells(r["kind"], r["name"], r["distribution"], r["version"], r["state"]))
     Console().print(table)
 
 
@@ -199,7 +219,7 @@ def discover(
     for r in rows:
         attrs = ", ".join(f"{k.rsplit('/', 1)[-1]}={v}" for k, v in r["attributes"].items())
         caps = ", ".join(f"{k}={v}" for k, v in r["capacity"].items())
-        table.add_row(r["driver"], r["device"], r["plugin"], attrs, caps)
+        table.add_row(*_cells(r["driver"], r["device"], r["plugin"], attrs, caps))
     Console(width=200).print(table)
 
 
@@ -304,42 +324,35 @@ def deviceclasses(config_path: Path | None, output: str) -> None:
 @config.command("validate")
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 def config_validate(file: Path) -> None:
-    """Check FILE; print every error with its path and the fix, exit 2 if any."""
-    errors: list[tuple[str, str]] = []
-    sections: dict[str, Any] = {}
-    try:
-        settings = load_settings(file)
-        sections = dict(effective_settings(settings).plugins)
-    except ConfigInvalid as e:
-        errors.extend(e.errors)
-        with contextlib.suppress(ConfigInvalid):  # unreadable or not YAML: already reported
-            raw = read_config_file(file).get("plugins")
-            if isinstance(raw, dict):
-                sections = {str(k): v for k, v in raw.items()}
-            elif isinstance(raw, list):
-                sections = {str(k): {} for k in raw}
-    names = list(sections)
-    installed = {e.name for e in installed_plugins()}
-    for name in names:
-        if name not in installed:
-            known = ", ".join(sorted(installed)) or "none"
-            errors.append((f"plugins.{name}", f"plugin not installed (installed: {known})"))
-            continue
-        [(_, cls)] = load_entry_points(PLUGIN_GROUP, [name])
-        model = cls.settings_model
-        try:
-            model.model_validate(sections.get(name) or {})
-        except ValidationError as e:
-            errors.extend(
-                validation_errors(
-                    e, prefix=f"plugins.{name}", known=known_keys(model, f"plugins.{name}")
-                )
-            )
-    if errors:
-        for path, msg in errors:
-            click.echo(f"{file}: {path}: {msg}" if path else f"{file}: {msg}", err=True)
+    """Check FILE and DRAKIT_* as start-up would; print each error with its source and the fix."""
+    from drakit.validate import validate_config  # noqa: PLC0415
+
+    problems, names = validate_config(file)
+    if problems:
+        for p in problems:
+            click.echo(str(p), err=True)
         sys.exit(USER_ERROR)
     click.echo(f"{file}: valid ({', '.join(names)})")
+
+
+@cli.group()
+def claim() -> None:
+    """Check ResourceClaims, ResourceClaimTemplates and DeviceClasses offline."""
+
+
+@claim.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+def claim_validate(files: tuple[Path, ...], config_path: Path | None) -> None:
+    """Check the opaque configs in FILES through the plugins that own them; exit 2 on errors."""
+    from drakit.validate import validate_claim_files  # noqa: PLC0415
+
+    problems, checked = validate_claim_files(files, config=config_path)
+    if problems:
+        for p in problems:
+            click.echo(str(p), err=True)
+        sys.exit(USER_ERROR)
+    click.echo(f"{checked} object(s) valid")
 
 
 @cli.command()
@@ -352,7 +365,11 @@ def config_validate(file: Path) -> None:
 @click.option("--cdi-dir", type=click.Path(path_type=Path), help="Where CDI specs are written.")
 @click.option("--state-dir", type=click.Path(path_type=Path), help="Checkpoints and locks.")
 @click.option("--profile", help="Simulated hardware profile instead of the real sysfs.")
-@click.option("--sysfs-root", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option(
+    "--sysfs-root",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="Host root whose sys/ is read instead of /sys (the sysfs directory itself works too).",
+)
 @click.option("--metrics-port", type=int, help="Port for /metrics, /healthz, /readyz (0: any).")
 def node(
     config_path: Path | None,
@@ -378,7 +395,7 @@ def node(
         "cdi_dir": cdi_dir,
         "state_dir": state_dir,
         "profile": profile,
-        "sysfs_root": sysfs_root,
+        "sysfs_root": _sysfs_root(sysfs_root),
     }
     settings = load_settings(config_path, overrides=overrides)
     if metrics_port is not None:

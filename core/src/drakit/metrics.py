@@ -10,6 +10,7 @@ metric                                      type        labels
 ``drakit_unprepare_seconds``                histogram   driver, result
 ``drakit_devices_published``                gauge       driver
 ``drakit_slice_writes_total``               counter     op (create/update/delete)
+``drakit_devices_rejected``                 gauge       driver
 ``drakit_checkpoint_repairs_total``         counter     driver
 ``drakit_plugin_errors_total``              counter     plugin, hook
 ``drakit_prepared_claims``                  gauge       driver
@@ -72,6 +73,8 @@ class Metrics:
         )
         self.slice_writes: Callable[[], Mapping[str, int]] = dict
         """Returns the publisher's write counts by op (create/update/delete); read on scrape."""
+        self.devices_rejected: Callable[[], Mapping[str, int]] = dict
+        """Returns, per driver, the devices left out of its slices (the API would reject them)."""
         self.prepared_claims: Callable[[], Mapping[str, int]] = dict
         """Returns the number of checkpointed claims per driver; read on scrape."""
         r.register(_Live(self))
@@ -84,6 +87,9 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)
+
+
+_REJECTED_HELP = "Devices and counter sets left out of the ResourceSlices (the API rejects them)"
 
 
 class _Live(Collector):
@@ -99,6 +105,7 @@ class _Live(Collector):
             GaugeMetricFamily(
                 "drakit_prepared_claims", "Claims in the checkpoint", labels=["driver"]
             ),
+            GaugeMetricFamily("drakit_devices_rejected", _REJECTED_HELP, labels=["driver"]),
         ]
 
     def collect(self) -> Iterable[Metric]:
@@ -113,7 +120,10 @@ class _Live(Collector):
         )
         for driver, n in sorted(self.metrics.prepared_claims().items()):
             claims.add_metric([driver], n)
-        return [writes, claims]
+        rejected = GaugeMetricFamily("drakit_devices_rejected", _REJECTED_HELP, labels=["driver"])
+        for driver, n in sorted(self.metrics.devices_rejected().items()):
+            rejected.add_metric([driver], n)
+        return [writes, claims, rejected]
 
 
 class ProbeServer:

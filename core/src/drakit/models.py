@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from fractions import Fraction
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    model_validator,
+)
 
 __all__ = [
     "AllocatedDevice",
@@ -31,13 +40,52 @@ __all__ = [
     "DeviceKey",
     "DeviceTaint",
     "NodeInfo",
-    "OpaqueConfig",
     "PreparedDevice",
     "PreparedDeviceRef",
     "Quantity",
     "RequestPolicy",
     "ValidRange",
+    "attribute_value_problem",
+    "quantity_value",
 ]
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+MAX_ATTRIBUTE_STRING_BYTES = 64
+"""``DeviceAttributeMaxValueLength``: strings and versions, counted in UTF-8 bytes as Go does."""
+
+SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$"
+)
+"""Semantic version 2.0.0, as the API server checks ``version`` attributes."""
+
+
+def attribute_value_problem(kind: str, value: object) -> str | None:
+    """What the API server would object to in one attribute value (``None``: nothing).
+
+    Args:
+        kind: the wire name of the attribute's field (``int``, ``string``, ``versions``, ...).
+        value: its value (a tuple for the list kinds).
+    """
+    items = value if isinstance(value, tuple) else (value,)
+    if kind in ("ints", "bools", "strings", "versions") and not items:
+        return "a list attribute may not be empty"
+    for v in items:
+        if kind in ("int", "ints") and isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
+            return f"{v} is outside the int64 range ({INT64_MIN} to {INT64_MAX})"
+        if isinstance(v, str):
+            size = len(v.encode("utf-8"))
+            if size > MAX_ATTRIBUTE_STRING_BYTES:
+                return (
+                    f"{v[:20]!r}... is {size} bytes in UTF-8; at most "
+                    f"{MAX_ATTRIBUTE_STRING_BYTES} are allowed"
+                )
+            if kind in ("version", "versions") and not SEMVER.match(v):
+                return f"{v!r} is not a semantic version (example: 1.2.3 or 2.4.0-rc.1)"
+    return None
+
 
 _QUANTITY = re.compile(
     r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
@@ -49,6 +97,31 @@ def _check_quantity(value: str | int) -> str:
     if not _QUANTITY.match(text):
         raise ValueError(f"{text!r} is not a Kubernetes quantity (examples: 8, 80Gi, 500m)")
     return text
+
+
+_QUANTITY_PARTS = re.compile(
+    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
+)
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_MAX_EXPONENT = 64  # beyond any quantity the API server keeps exactly; stops 1e999999999
+
+
+def quantity_value(text: str) -> Fraction | None:
+    """The exact value of a Kubernetes quantity (``1Gi`` -> 1073741824), ``None`` if not one."""
+    m = _QUANTITY_PARTS.match(text.strip())
+    if not m:
+        return None
+    number, exponent, suffix = m.group(1), m.group(2), m.group(3) or ""
+    value = Fraction(number)
+    if exponent:
+        power = int(exponent[1:])
+        if abs(power) > _MAX_EXPONENT:
+            return None
+        return value * Fraction(10) ** power
+    if suffix in _BINARY:
+        return value * _BINARY[suffix]
+    return value * Fraction(10) ** _DECIMAL[suffix]
 
 
 Quantity = Annotated[
@@ -102,6 +175,9 @@ class DeviceAttribute(_Frozen):
                 f"a device attribute sets exactly one of int, bool, string, version, ints, bools, "
                 f"strings, versions (got {set_fields or 'none'})"
             )
+        problem = attribute_value_problem(self.kind, self.value)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property
@@ -221,6 +297,23 @@ class Device(_Frozen):
     allow_multiple_allocations: bool | None = Field(default=None, alias="allowMultipleAllocations")
     pool: str | None = None
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _name_the_device(cls, data: Any, handler: ModelWrapValidatorHandler[Device]) -> Device:
+        """Errors name the device (``device 'gpu-0': attributes.driverVersion: ...``)."""
+        try:
+            return handler(data)
+        except ValidationError as e:
+            name = data.get("name") if isinstance(data, dict) else None
+            if not isinstance(name, str):
+                raise
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'device'}: "
+                f"{str(err['msg']).removeprefix('Value error, ')}"
+                for err in e.errors(include_url=False)
+            )
+            raise ValueError(f"device {name!r}: {problems}") from None
+
     def with_attributes(self, extra: dict[str, DeviceAttribute]) -> Device:
         """A copy with ``extra`` attributes added (existing names are replaced)."""
         return self.model_copy(update={"attributes": {**self.attributes, **extra}})
@@ -242,19 +335,6 @@ class NodeInfo(_Frozen):
 
     name: str
     sysfs_root: str = Field(description="Root under which sys/ and proc/ are read ('/' on a node)")
-
-
-class OpaqueConfig(_Frozen):
-    """One opaque configuration entry from a DeviceClass or ResourceClaim.
-
-    ``source`` is ``class`` or ``claim``; ``requests`` is empty when the entry applies to every
-    request of the claim. ``parameters`` is the raw JSON object (``apiVersion``, ``kind``, ...).
-    """
-
-    source: Literal["class", "claim"]
-    requests: tuple[str, ...] = ()
-    driver: str
-    parameters: dict[str, Any]
 
 
 class AllocatedDevice(_Frozen):

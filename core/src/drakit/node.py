@@ -153,6 +153,7 @@ class Node:
                 "update": publisher.writes.updates,
                 "delete": publisher.writes.deletes,
             }
+            self.metrics.devices_rejected = publisher.rejected_by_driver
             self._spawn("publisher", self._run_publisher)
         self.metrics.prepared_claims = lambda: {
             d: len(st.prepared_claims()) for d, st in self.states.items()

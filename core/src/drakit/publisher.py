@@ -21,71 +21,42 @@ algorithm and its guarantees are described in ``docs/publishing.md``; in short:
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import partial
 from typing import Any
 
 from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.kube import ConflictError, KubeClient, NotFoundError
-from drakit.slices import PoolSpec, render_pool
+from drakit.slicediff import (
+    PoolKey,
+    dropped_fields,
+    fingerprint,
+    gate_for_path,
+    generation_of,
+    keep_time_added,
+    name_of,
+    pool_key,
+    resource_version,
+    semantically_equal,
+)
+from drakit.slices import PoolSpec, check_pool, render_checked
 
 __all__ = [
     "DroppedFieldsError",
     "ResourceSlicePublisher",
     "SyncResult",
     "WriteCounts",
-    "dropped_fields",
-    "gate_for_path",
-    "semantically_equal",
 ]
 
 logger = logging.getLogger(__name__)
 
 WATCH_RETRY_MAX = 5.0
 """Longest wait between watch reconnects while the API server is unreachable (seconds)."""
-
-PoolKey = tuple[str, str]
-"""``(driver, pool name)``."""
-
-#: Field name -> the feature gate that guards it (a disabled gate makes the server drop it).
-FIELD_GATES: dict[str, str] = {
-    "allowMultipleAllocations": "DRAConsumableCapacity",
-    "requestPolicy": "DRAConsumableCapacity",
-    "sharedCounters": "DRAPartitionableDevices",
-    "consumesCounters": "DRAPartitionableDevices",
-    "perDeviceNodeSelection": "DRAPartitionableDevices",
-    "taints": "DRADeviceTaints",
-    "bindsToNode": "DRADeviceBindingConditions",
-    "bindingConditions": "DRADeviceBindingConditions",
-    "bindingFailureConditions": "DRADeviceBindingConditions",
-    "ints": "DRAListTypeAttributes",
-    "bools": "DRAListTypeAttributes",
-    "strings": "DRAListTypeAttributes",
-    "versions": "DRAListTypeAttributes",
-    "nodeAllocatableResourceMappings": "DRANodeAllocatableResources",
-    "nodeAllocatableResources": "DRANodeAllocatableResources",
-    "partitionTypeAttribute": "DRAPartitionableDevicesType",
-    "skipNodeOperations": "DRAOptionalNodeOperations",
-}
-
-#: Keys whose string values are Kubernetes quantities (compared by value: ``1Gi`` == ``1024Mi``).
-_QUANTITY_KEYS = frozenset({"value", "default", "min", "max", "step", "validValues"})
-#: Keys the server fills in when the writer leaves them out.
-_SERVER_SET_KEYS = frozenset({"timeAdded"})
-
-_QUANTITY = re.compile(
-    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
-)
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
 class DroppedFieldsError(PermanentError):
@@ -136,6 +107,7 @@ class SyncResult:
         deletes: Slices deleted.
         pools: Desired pools.
         slices: Desired slices.
+        rejected: Devices and counter sets left out because the API server would reject them.
         generations: ``(driver, pool)`` -> the generation now published.
     """
 
@@ -145,6 +117,7 @@ class SyncResult:
     pools: int
     slices: int
     generations: dict[PoolKey, int] = field(default_factory=dict)
+    rejected: int = 0
 
     @property
     def writes(self) -> int:
@@ -158,149 +131,29 @@ class _PoolState:
     rendered: list[dict[str, Any]]  # render_pool(spec, generation=0): the pool's content
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """A pool as last discovered, checked and rendered (reused while discovery is unchanged)."""
+
+    spec: PoolSpec
+    rendered: list[dict[str, Any]]
+    rejected: list[str]
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """The objects to publish for one rendering at one generation, with their fingerprints."""
+
+    rendered: list[dict[str, Any]]
+    generation: int
+    uid: str
+    objects: list[tuple[dict[str, Any], str]]
+
+
 @dataclass
 class _Written:
     fingerprint: str
     resource_version: str
-
-
-# ----------------------------------------------------------------- comparison
-
-
-def _quantity(text: str) -> Fraction | None:
-    m = _QUANTITY.match(text.strip())
-    if not m:
-        return None
-    number, exponent, suffix = m.group(1), m.group(2), m.group(3) or ""
-    value = Fraction(number)
-    if exponent:
-        return value * Fraction(10) ** int(exponent[1:])
-    if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    return value * Fraction(10) ** _DECIMAL[suffix]
-
-
-def _empty(v: object) -> bool:
-    return v is None or (isinstance(v, list | dict) and not v)
-
-
-def _same_dict(d: dict[str, Any], o: dict[str, Any]) -> bool:
-    for k in d.keys() | o.keys():
-        if k not in d and k in _SERVER_SET_KEYS:
-            continue
-        if not _same(d.get(k), o.get(k), k):
-            return False
-    return True
-
-
-def _same_str(d: str, o: str, key: str) -> bool:
-    if d == o:
-        return True
-    if key not in _QUANTITY_KEYS:
-        return False
-    qd = _quantity(d)
-    return qd is not None and qd == _quantity(o)
-
-
-def _same(d: object, o: object, key: str) -> bool:
-    if _empty(d) and _empty(o):
-        return True
-    if isinstance(d, dict) and isinstance(o, dict):
-        return _same_dict(d, o)
-    if isinstance(d, list) and isinstance(o, list):
-        return len(d) == len(o) and all(_same(a, b, key) for a, b in zip(d, o, strict=True))
-    if isinstance(d, str) and isinstance(o, str):
-        return _same_str(d, o, key)
-    return type(d) is type(o) and d == o
-
-
-def semantically_equal(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> bool:
-    """Whether an observed ResourceSlice ``spec`` carries the desired ``spec``.
-
-    Empty lists, maps and absent fields are equal; quantities compare by value; fields the
-    server sets when left out (taint ``timeAdded``) are ignored. Everything else, including
-    fields only the observed object has, must match.
-    """
-    return _same(dict(desired), dict(observed), "spec")
-
-
-def dropped_fields(sent: object, got: object, path: str = "spec") -> list[str]:
-    """Paths of non-empty fields in ``sent`` that are missing or empty in ``got``."""
-    out: list[str] = []
-    if isinstance(sent, dict):
-        got_d = got if isinstance(got, dict) else {}
-        for k, v in sent.items():
-            if _empty(v):
-                continue
-            sub = f"{path}.{k}"
-            if k not in got_d or (_empty(got_d[k]) and not isinstance(v, dict)):
-                out.append(sub)
-            else:  # an emptied map: name what was dropped inside it
-                out.extend(dropped_fields(v, got_d[k], sub))
-    elif isinstance(sent, list):
-        got_l = got if isinstance(got, list) else []
-        for i, v in enumerate(sent):
-            if _empty(v):
-                continue
-            if i >= len(got_l) or _empty(got_l[i]):
-                out.append(f"{path}[{i}]")
-            else:
-                out.extend(dropped_fields(v, got_l[i], f"{path}[{i}]"))
-    return out
-
-
-def gate_for_path(path: str) -> str | None:
-    """The feature gate that most likely guards a dropped field, by its innermost known name."""
-    for part in reversed(re.split(r"[.\[\]]+", path)):
-        if part in FIELD_GATES:
-            return FIELD_GATES[part]
-    return None
-
-
-def _fingerprint(obj: Mapping[str, Any]) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    return str(obj.get("metadata", {}).get("name", ""))
-
-
-def _rv(obj: Mapping[str, Any]) -> str:
-    return str(obj.get("metadata", {}).get("resourceVersion", ""))
-
-
-def _pool_key(obj: Mapping[str, Any]) -> PoolKey:
-    spec = obj.get("spec", {})
-    return str(spec.get("driver", "")), str(spec.get("pool", {}).get("name", ""))
-
-
-def _generation(obj: Mapping[str, Any]) -> int:
-    try:
-        return int(obj.get("spec", {}).get("pool", {}).get("generation", 0))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _keep_time_added(spec: dict[str, Any], observed: Mapping[str, Any]) -> None:
-    """Copy server-set taint ``timeAdded`` values of the observed devices into ``spec``."""
-    seen: dict[tuple[str, str, str, str], str] = {}
-    for dev in observed.get("devices") or []:
-        for t in dev.get("taints") or []:
-            if t.get("timeAdded"):
-                key = (
-                    dev.get("name", ""),
-                    t.get("key", ""),
-                    t.get("value", ""),
-                    t.get("effect", ""),
-                )
-                seen[key] = t["timeAdded"]
-    if not seen:
-        return
-    for dev in spec.get("devices") or []:
-        for t in dev.get("taints") or []:
-            key = (dev.get("name", ""), t.get("key", ""), t.get("value", ""), t.get("effect", ""))
-            if "timeAdded" not in t and key in seen:
-                t["timeAdded"] = seen[key]
 
 
 # ------------------------------------------------------------------ publisher
@@ -366,6 +219,10 @@ class ResourceSlicePublisher:
         self._expected: set[str] = set()
         self._dropped: dict[str, str] = {}
         self._reported: set[str] = set()
+        self._rejected: dict[PoolKey, list[str]] = {}
+        self._checked: dict[PoolKey, _Checked] = {}
+        self._wanted: dict[PoolKey, _Wanted] = {}
+        self._rejections_reported: set[str] = set()
         self._deleted: set[str] = set()
         self._rng = random.Random()  # noqa: S311 - jitter, not cryptography
 
@@ -383,6 +240,23 @@ class ResourceSlicePublisher:
         """Wall-clock time of the last successful sync."""
 
     # ----------------------------------------------------------------- public
+
+    @property
+    def rejected(self) -> dict[PoolKey, list[str]]:
+        """``(driver, pool)`` -> why each device or counter set left out of it was rejected.
+
+        A device the API server would reject (:func:`drakit.slices.check_pool`) is left out of
+        its pool, which is published without it; the error is logged and recorded as a Warning
+        Event on the Node once, and counted here until discovery stops returning it.
+        """
+        return {k: list(v) for k, v in self._rejected.items()}
+
+    def rejected_by_driver(self) -> dict[str, int]:
+        """Driver -> devices and counter sets left out of its pools (for a metric)."""
+        out: dict[str, int] = dict.fromkeys(sorted(self.drivers), 0)
+        for (driver, _), reasons in self._rejected.items():
+            out[driver] = out.get(driver, 0) + len(reasons)
+        return out
 
     @property
     def dropped(self) -> dict[str, str]:
@@ -553,22 +427,55 @@ class ResourceSlicePublisher:
     def _render_all(
         self, pools: Iterable[PoolSpec], errors: list[DrakitError]
     ) -> tuple[dict[PoolKey, list[dict[str, Any]]], set[PoolKey]]:
-        """Render each pool at generation 0; a pool that fails validation is left alone."""
+        """Render each pool at generation 0, without the devices the API server would reject.
+
+        A pool whose driver or pool name is invalid is left alone (``protected``).
+        """
         rendered: dict[PoolKey, list[dict[str, Any]]] = {}
         protected: set[PoolKey] = set()
+        rejected: dict[PoolKey, list[str]] = {}
+        checked_now: dict[PoolKey, _Checked] = {}
         for spec in pools:
             key = (spec.driver, spec.pool)
-            try:
-                rendered[key] = render_pool(spec, generation=0)
-            except DrakitError as exc:  # SliceValidationError: keep what is published
-                errors.append(exc)
-                protected.add(key)
+            cached = self._checked.get(key)
+            if cached is None or not (cached.spec is spec or cached.spec == spec):
+                try:
+                    kept, refused = check_pool(spec)
+                except DrakitError as exc:  # SliceValidationError: keep what is published
+                    errors.append(exc)
+                    protected.add(key)
+                    continue
+                cached = _Checked(spec, render_checked(kept), [str(e) for e in refused])
+            checked_now[key] = cached
+            rendered[key] = cached.rendered
+            if cached.rejected:
+                rejected[key] = cached.rejected
+        self._checked = checked_now
+        self._rejected = rejected
         return rendered, protected
+
+    def _report_rejections(self) -> None:
+        """Log and record an Event for each rejection once, while it lasts."""
+        current = {m for reasons in self._rejected.values() for m in reasons}
+        for message in sorted(current - self._rejections_reported):
+            logger.error("device left out of its ResourceSlices: %s", message)
+            self._event("DeviceRejected", f"left out of the ResourceSlices: {message}")
+        self._rejections_reported = current
+
+    def _event(self, reason: str, message: str) -> None:
+        if not (self._record_events and self._uid):
+            return
+        involved = {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": self._uid}
+        try:
+            self._kube.create_event(involved, reason, message)
+        except DrakitError as err:
+            logger.debug("could not record the %s event: %s", reason, err)
 
     def _sync(self, rediscover: bool) -> tuple[SyncResult, list[DrakitError]]:
         errors: list[DrakitError] = []
         rendered, protected = self._render_all(self._discover(rediscover), errors)
         uid = self._owner_uid()
+        self._report_rejections()
         observed = [
             s
             for s in self._kube.list_resource_slices(self.node_name)
@@ -576,10 +483,10 @@ class ResourceSlicePublisher:
         ]
         by_pool: dict[PoolKey, list[dict[str, Any]]] = {}
         for s in observed:
-            by_pool.setdefault(_pool_key(s), []).append(s)
-        by_name = {_name(s): s for s in observed}
-        self._expected = {_name(o) for objs in rendered.values() for o in objs} | {
-            _name(s) for key in protected for s in by_pool.get(key, [])
+            by_pool.setdefault(pool_key(s), []).append(s)
+        by_name = {name_of(s): s for s in observed}
+        self._expected = {name_of(o) for objs in rendered.values() for o in objs} | {
+            name_of(s) for key in protected for s in by_pool.get(key, [])
         }
 
         before = self.writes.copy()
@@ -610,6 +517,7 @@ class ResourceSlicePublisher:
             pools=len(rendered),
             slices=sum(len(v) for v in rendered.values()),
             generations=generations,
+            rejected=sum(len(v) for v in self._rejected.values()),
         )
         if result.writes:
             logger.info(
@@ -625,13 +533,15 @@ class ResourceSlicePublisher:
         """Drop the memory of pools and slices that are no longer desired."""
         for key in self._pools.keys() - keep:
             del self._pools[key]
+        for key in self._wanted.keys() - keep:
+            del self._wanted[key]
         for name in self._written.keys() - self._expected:
             del self._written[name]
         for name in self._dropped.keys() - self._expected:
             del self._dropped[name]
 
     def _delete_all(self, slices: Iterable[dict[str, Any]]) -> None:
-        for s in sorted(slices, key=_name):
+        for s in sorted(slices, key=name_of):
             self._delete(s)
 
     def _choose_generation(
@@ -639,10 +549,10 @@ class ResourceSlicePublisher:
     ) -> int:
         """Keep the pool's generation unless its content changed; then bump it."""
         state = self._pools.get(key)
-        g_obs = max((_generation(s) for s in observed), default=-1)
+        g_obs = max((generation_of(s) for s in observed), default=-1)
         base = max(g_obs, state.generation if state else -1)
         if state is not None:
-            changed = state.rendered != rendered0
+            changed = state.rendered is not rendered0 and state.rendered != rendered0
         else:  # adopt what a predecessor published if it is what we want
             changed = bool(observed) and not self._pool_matches(rendered0, observed)
         generation = base + 1 if changed else max(base, 0)
@@ -669,29 +579,39 @@ class ResourceSlicePublisher:
         uid: str,
     ) -> None:
         generation = self._choose_generation(key, rendered0, observed)
-        wanted = [self._desired_object(o, generation, uid) for o in rendered0]
-        names = {_name(o) for o in wanted}
+        cached = self._wanted.get(key)
+        if not (
+            cached is not None
+            and cached.rendered is rendered0
+            and cached.generation == generation
+            and cached.uid == uid
+        ):
+            objects = [self._desired_object(o, generation, uid) for o in rendered0]
+            cached = _Wanted(rendered0, generation, uid, [(o, fingerprint(o)) for o in objects])
+            self._wanted[key] = cached
+        wanted = cached.objects
+        names = {name_of(o) for o, _ in wanted}
         # 1. obsolete slices of this pool first (with a UID precondition)
-        self._delete_all(s for s in observed if _name(s) not in names)
+        self._delete_all(s for s in observed if name_of(s) not in names)
         # 2. update what differs, 3. create what is missing
         missing: list[dict[str, Any]] = []
         dropped: list[DroppedFieldsError] = []
-        for obj in wanted:
-            current = by_name.get(_name(obj))
+        for obj, fp in wanted:
+            current = by_name.get(name_of(obj))
             if current is not None and (
-                _pool_key(current) != key or current["spec"].get("nodeName") != self.node_name
+                pool_key(current) != key or current["spec"].get("nodeName") != self.node_name
             ):
                 self._delete(current)  # immutable fields differ: replace it
                 current = None
             if current is None:
                 missing.append(obj)
-            elif not self._is_current(obj, current):
+            elif not self._is_current(obj, fp, current):
                 self._collect(dropped, self._update, obj, current)
         if missing:
             fresh_uid = self._owner_uid(refresh=True)
-            for obj in missing:
-                obj["metadata"]["ownerReferences"] = self._owner_refs(fresh_uid)
-                self._collect(dropped, self._create, obj)
+            for obj in missing:  # a copy: the cached object keeps the owner it was made for
+                meta = {**obj["metadata"], "ownerReferences": self._owner_refs(fresh_uid)}
+                self._collect(dropped, self._create, {**obj, "metadata": meta})
         if dropped:
             raise dropped[0]
 
@@ -708,15 +628,15 @@ class ResourceSlicePublisher:
         self, rendered0: list[dict[str, Any]], observed: list[dict[str, Any]]
     ) -> bool:
         """Whether the observed pool carries the desired content (any single generation)."""
-        if len(observed) != len(rendered0) or len({_generation(s) for s in observed}) != 1:
+        if len(observed) != len(rendered0) or len({generation_of(s) for s in observed}) != 1:
             return False
-        by_name = {_name(s): s for s in observed}
+        by_name = {name_of(s): s for s in observed}
         for obj in rendered0:
-            cur = by_name.get(_name(obj))
+            cur = by_name.get(name_of(obj))
             if cur is None:
                 return False
             want = copy.deepcopy(obj["spec"])
-            want["pool"]["generation"] = _generation(cur)
+            want["pool"]["generation"] = generation_of(cur)
             if not semantically_equal(want, cur.get("spec", {})):
                 return False
         return True
@@ -750,16 +670,19 @@ class ResourceSlicePublisher:
             for r in refs
         )
 
-    def _is_current(self, obj: dict[str, Any], observed: Mapping[str, Any]) -> bool:
-        name = _name(obj)
-        fp = _fingerprint(obj)
+    def _is_current(self, obj: dict[str, Any], fp: str, observed: Mapping[str, Any]) -> bool:
+        name = name_of(obj)
         rec = self._written.get(name)
-        if rec is not None and rec.fingerprint == fp and rec.resource_version == _rv(observed):
+        if (
+            rec is not None
+            and rec.fingerprint == fp
+            and rec.resource_version == resource_version(observed)
+        ):
             return True
         if semantically_equal(obj["spec"], observed.get("spec", {})) and self._has_owner(
             observed, obj["metadata"]["ownerReferences"][0]
         ):
-            self._written[name] = _Written(fp, _rv(observed))
+            self._written[name] = _Written(fp, resource_version(observed))
             return True
         return False
 
@@ -768,7 +691,9 @@ class ResourceSlicePublisher:
     def _check_written(
         self, name: str, fp: str, sent: Mapping[str, Any], got: Mapping[str, Any]
     ) -> None:
-        self._written[name] = _Written(fp, _rv(got))  # adopt what came back: no rewrite loop
+        self._written[name] = _Written(
+            fp, resource_version(got)
+        )  # adopt what came back: no rewrite loop
         paths = dropped_fields(sent.get("spec", {}), got.get("spec", {}))
         if not paths:
             self._dropped.pop(name, None)
@@ -779,22 +704,12 @@ class ResourceSlicePublisher:
         if message not in self._reported:
             self._reported.add(message)
             logger.error("%s", message)
-            if self._record_events and self._uid:
-                involved = {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "name": self.node_name,
-                    "uid": self._uid,
-                }
-                try:
-                    self._kube.create_event(involved, "DroppedFields", message)
-                except DrakitError as err:
-                    logger.debug("could not record the DroppedFields event: %s", err)
+            self._event("DroppedFields", message)
         raise exc
 
     def _create(self, obj: dict[str, Any]) -> None:
-        name = _name(obj)
-        fp = _fingerprint(obj)
+        name = name_of(obj)
+        fp = fingerprint(obj)
         try:
             got = self._kube.create_resource_slice(obj)
         except ConflictError:
@@ -805,8 +720,8 @@ class ResourceSlicePublisher:
         self._check_written(name, fp, obj, got)
 
     def _update(self, obj: dict[str, Any], current: Mapping[str, Any]) -> None:
-        name = _name(obj)
-        fp = _fingerprint(obj)
+        name = name_of(obj)
+        fp = fingerprint(obj)
         body = copy.deepcopy(obj)
         meta = copy.deepcopy(dict(current.get("metadata", {})))
         meta.pop("managedFields", None)
@@ -817,7 +732,7 @@ class ResourceSlicePublisher:
         ]
         meta["ownerReferences"] = obj["metadata"]["ownerReferences"] + others
         body["metadata"] = meta
-        _keep_time_added(body["spec"], current.get("spec", {}))
+        keep_time_added(body["spec"], current.get("spec", {}))
         try:
             got = self._kube.update_resource_slice(body)
         except (ConflictError, NotFoundError):  # changed or deleted since the LIST
@@ -828,7 +743,7 @@ class ResourceSlicePublisher:
         self._check_written(name, fp, obj, got)
 
     def _delete(self, observed: Mapping[str, Any]) -> None:
-        name = _name(observed)
+        name = name_of(observed)
         if name in self._deleted:
             return
         uid = observed.get("metadata", {}).get("uid")
@@ -873,11 +788,11 @@ class ResourceSlicePublisher:
             return False
         if obj.get("spec", {}).get("driver") not in self.drivers:
             return False
-        name = _name(obj)
+        name = name_of(obj)
         if etype == "DELETED":
             return name in self._expected
         rec = self._written.get(name)
-        return rec is None or rec.resource_version != _rv(obj)
+        return rec is None or rec.resource_version != resource_version(obj)
 
     def _watch_loop(self, stop_event: threading.Event) -> None:
         failures = 0
@@ -897,7 +812,7 @@ class ResourceSlicePublisher:
                     if self._unexpected(etype, obj):
                         logger.debug(
                             "ResourceSlice %s %s by someone else; resyncing",
-                            _name(obj),
+                            name_of(obj),
                             etype.lower(),
                         )
                         self._notify("changed")

@@ -10,31 +10,55 @@ Rules (``docs/architecture.md``; facts from the API's validation code):
 * at most 32 attributes + capacities per device, 48 attribute values with lists;
 * names: driver a DNS subdomain (<= 63), pool DNS subdomains joined by ``/`` (<= 253), device,
   counter set and counter names DNS labels, attribute names C identifiers (<= 32) with an
-  optional DNS-subdomain domain.
+  optional DNS-subdomain domain; lengths are counted in UTF-8 bytes, as the API server does;
+* attribute values: ints in the int64 range, strings and versions at most 64 bytes, versions
+  semantic versions, lists not empty;
+* taints: keys label names (an optional DNS-subdomain prefix and ``/``, then at most 63
+  characters of ``[A-Za-z0-9-_.]``), values label values;
+* capacity request policies: ``default`` required with ``validValues`` or ``validRange``; at
+  most 10 valid values, ascending, none above the capacity, ``default`` among them; a range
+  within the capacity with ``default`` inside it and on its steps.
 
-Every violation raises :class:`~drakit.errors.SliceValidationError` naming the device and the
-rule, before anything is sent. Rendering is deterministic: the same input gives byte-identical
-output.
+:func:`check_pool` splits a pool into what the API server would accept and one
+:class:`~drakit.errors.SliceValidationError` per device or counter set it would reject (each
+naming it and the rule), so one bad device never keeps the rest of its pool unpublished.
+:func:`render_pool` is the strict form: it raises the first error. Rendering is
+deterministic: the same input gives byte-identical output, and slice names sort in publishing
+order (the scheduler tries a pool's slices in name order).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from drakit.errors import SliceValidationError
-from drakit.models import CounterSet, Device, DeviceAttribute
+from drakit.models import (
+    CounterSet,
+    Device,
+    DeviceAttribute,
+    DeviceCapacity,
+    DeviceTaint,
+    ValidRange,
+    attribute_value_problem,
+    quantity_value,
+)
 
 __all__ = [
     "API_VERSION",
     "MAX_DEVICES",
     "MAX_DEVICES_ADVANCED",
     "PoolSpec",
+    "check_pool",
+    "render_checked",
     "render_pool",
     "render_slices",
+    "slice_name",
     "validate_device",
 ]
 
@@ -47,31 +71,35 @@ MAX_COUNTER_SETS_PER_SLICE = 8
 MAX_COUNTERS_PER_SET = 32
 MAX_CONSUMPTIONS_PER_DEVICE = 2
 MAX_TAINTS = 16
-MAX_STRING = 64
+MAX_VALID_VALUES = 10
 MAX_DNS_LABEL = 63
+MAX_DNS_SUBDOMAIN = 253
 MAX_DRIVER_NAME = 63
 MAX_POOL_NAME = 253
 MAX_DOMAIN = 63
 MAX_IDENTIFIER = 32
+MAX_LABEL_NAME = 63
+MAX_LABEL_VALUE = 63
 _NAME_PREFIX_BUDGET = 200  # leaves room for "-<index>" within a DNS subdomain's 253
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$"
-)
+_LABEL = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
 def _fail(where: str, rule: str) -> SliceValidationError:
     return SliceValidationError(f"{where}: {rule}")
 
 
+def _size(text: str) -> int:
+    """Length as the API server counts it: UTF-8 bytes."""
+    return len(text.encode("utf-8"))
+
+
 def check_dns_label(value: str, what: str, where: str) -> None:
-    """Raise unless ``value`` is a DNS label (<= 63 chars of ``[a-z0-9-]``)."""
-    if len(value) > MAX_DNS_LABEL or not _DNS_LABEL.match(value):
+    """Raise unless ``value`` is a DNS label (<= 63 bytes of ``[a-z0-9-]``)."""
+    if _size(value) > MAX_DNS_LABEL or not _DNS_LABEL.match(value):
         raise _fail(
             where,
             f"{what} {value!r} must be a DNS label: at most 63 lower-case letters, digits or '-',"
@@ -81,7 +109,7 @@ def check_dns_label(value: str, what: str, where: str) -> None:
 
 def check_driver_name(driver: str) -> None:
     """Raise unless ``driver`` is a valid DRA driver name."""
-    if len(driver) > MAX_DRIVER_NAME or not _DNS_SUBDOMAIN.match(driver.lower()):
+    if _size(driver) > MAX_DRIVER_NAME or not _DNS_SUBDOMAIN.match(driver.lower()):
         raise _fail(
             f"driver {driver!r}",
             "a driver name must be a DNS subdomain of at most 63 characters (e.g. gpu.example.com)",
@@ -90,22 +118,47 @@ def check_driver_name(driver: str) -> None:
 
 def check_pool_name(pool: str) -> None:
     """Raise unless ``pool`` is a valid pool name."""
-    if len(pool) > MAX_POOL_NAME or not all(_DNS_SUBDOMAIN.match(p) for p in pool.split("/")):
+    if _size(pool) > MAX_POOL_NAME or not all(
+        _size(p) <= MAX_DNS_SUBDOMAIN and _DNS_SUBDOMAIN.match(p) for p in pool.split("/")
+    ):
         raise _fail(
             f"pool {pool!r}",
             "a pool name is one or more DNS subdomains separated by '/', at most 253 characters",
         )
 
 
-def _check_qualified(name: str, where: str) -> None:
+def _check_qualified(name: str, what: str, where: str) -> None:
     domain, sep, ident = name.rpartition("/")
-    if sep and (len(domain) > MAX_DOMAIN or not _DNS_SUBDOMAIN.match(domain)):
-        raise _fail(where, f"the domain of {name!r} must be a DNS subdomain of at most 63 chars")
-    if len(ident) > MAX_IDENTIFIER or not _C_IDENT.match(ident):
+    if sep and (_size(domain) > MAX_DOMAIN or not _DNS_SUBDOMAIN.match(domain)):
+        raise _fail(
+            where, f"{what} name {name!r}: the domain must be a DNS subdomain of at most 63 chars"
+        )
+    if _size(ident) > MAX_IDENTIFIER or not _C_IDENT.match(ident):
         raise _fail(
             where,
-            f"{name!r}: the name part must be a C identifier of at most 32 characters "
-            "(letters, digits, '_'; not starting with a digit)",
+            f"{what} name {name!r}: the name part must be a C identifier of at most 32 "
+            "characters (letters, digits, '_'; not starting with a digit)",
+        )
+
+
+def _check_taint(taint: DeviceTaint, where: str) -> None:
+    prefix, sep, name = taint.key.rpartition("/")
+    if (
+        (sep and (_size(prefix) > MAX_DNS_SUBDOMAIN or not _DNS_SUBDOMAIN.match(prefix)))
+        or _size(name) > MAX_LABEL_NAME
+        or not _LABEL.match(name)
+    ):
+        raise _fail(
+            where,
+            f"taint key {taint.key!r} must be a label name: an optional DNS-subdomain prefix and"
+            " '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a"
+            " letter or digit (e.g. example.com/unhealthy)",
+        )
+    if taint.value and (_size(taint.value) > MAX_LABEL_VALUE or not _LABEL.match(taint.value)):
+        raise _fail(
+            where,
+            f"taint {taint.key}: value {taint.value[:20]!r} must be a label value: empty or at"
+            " most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
         )
 
 
@@ -116,6 +169,9 @@ def validate_device(device: Device, where: str, known_counter_sets: set[str] | N
         device: the device.
         where: how to name it in errors (``driver/pool/device``).
         known_counter_sets: counter set names of the pool; ``None`` skips reference checks.
+
+    Raises:
+        SliceValidationError: the first rule it breaks, naming ``where`` and the rule.
     """
     check_dns_label(device.name, "device name", where)
     n = len(device.attributes) + len(device.capacity)
@@ -128,40 +184,89 @@ def validate_device(device: Device, where: str, known_counter_sets: set[str] | N
     if values > MAX_ATTRIBUTE_VALUES:
         raise _fail(where, f"{values} attribute values; at most {MAX_ATTRIBUTE_VALUES} per device")
     _check_capacities_and_counters(device, where, known_counter_sets)
+    if len(device.taints) > MAX_TAINTS:
+        raise _fail(where, f"{len(device.taints)} taints; at most {MAX_TAINTS}")
+    for taint in device.taints:
+        _check_taint(taint, where)
 
 
 def _check_attribute(name: str, attr: DeviceAttribute, where: str) -> int:
     """Check one attribute; return how many values it counts for."""
-    _check_qualified(name, f"{where} attribute")
-    v = attr.value
-    if isinstance(v, str):
-        texts = [v]
-    elif isinstance(v, tuple):
-        texts = [x for x in v if isinstance(x, str)]
-    else:
-        texts = []
-    for t in texts:
-        if len(t) > MAX_STRING:
-            raise _fail(where, f"attribute {name}: {t[:20]!r}... is over {MAX_STRING} characters")
-        if attr.kind in ("version", "versions") and not _SEMVER.match(t):
-            raise _fail(where, f"attribute {name}: {t!r} is not a semantic version (1.2.3)")
-    if attr.kind in ("ints", "bools", "strings", "versions") and not v:
-        raise _fail(where, f"attribute {name}: a list attribute may not be empty")
+    _check_qualified(name, "attribute", where)
+    problem = attribute_value_problem(attr.kind, attr.value)
+    if problem:
+        raise _fail(where, f"attribute {name}: {problem}")
     return attr.value_count()
+
+
+def _quantity(text: str, where: str, what: str) -> Fraction:
+    value = quantity_value(text)
+    if value is None:
+        raise _fail(where, f"{what} {text!r} is not a Kubernetes quantity")
+    return value
+
+
+def _check_request_policy(name: str, cap: DeviceCapacity, where: str) -> None:
+    policy = cap.request_policy
+    if policy is None:
+        return
+    what = f"capacity {name}: requestPolicy"
+    value = _quantity(cap.value, where, f"capacity {name}: value")
+    if (policy.valid_values is not None or policy.valid_range is not None) and (
+        policy.default is None
+    ):
+        raise _fail(where, f"{what}: default is required with validValues or validRange")
+    default = None if policy.default is None else _quantity(policy.default, where, what)
+    if policy.valid_values is not None:
+        vals = [_quantity(v, where, f"{what}.validValues") for v in policy.valid_values]
+        if not vals or len(vals) > MAX_VALID_VALUES:
+            raise _fail(where, f"{what}: validValues needs 1 to {MAX_VALID_VALUES} entries")
+        if any(b <= a for a, b in itertools.pairwise(vals)):
+            raise _fail(where, f"{what}: validValues must be unique and in ascending order")
+        if vals[-1] > value:
+            raise _fail(where, f"{what}: validValues may not exceed the capacity ({cap.value})")
+        if default not in vals:
+            raise _fail(where, f"{what}: default {policy.default} must be one of validValues")
+    if policy.valid_range is not None:
+        _check_range(policy.valid_range, value, default, where, f"{what}.validRange")
+
+
+def _check_range(
+    rng: ValidRange, value: Fraction, default: Fraction | None, where: str, what: str
+) -> None:
+    lo = _quantity(rng.min, where, f"{what}.min")
+    hi = None if rng.max is None else _quantity(rng.max, where, f"{what}.max")
+    step = None if rng.step is None else _quantity(rng.step, where, f"{what}.step")
+    top = value if hi is None else hi
+    problems = [
+        (lo > value, "min exceeds the capacity"),
+        (hi is not None and hi > value, "max exceeds the capacity"),
+        (hi is not None and lo > hi, "min exceeds max"),
+        (default is not None and not lo <= default <= top, "default is outside the range"),
+    ]
+    if step is not None:
+        problems += [
+            (step <= 0, "step must be positive"),
+            (step > 0 and lo + step > value, "min + step exceeds the capacity"),
+            (step > 0 and default is not None and (default - lo) % step != 0, "default off-step"),
+            (step > 0 and hi is not None and (hi - lo) % step != 0, "max is off-step"),
+        ]
+    for broken, rule in problems:
+        if broken:
+            raise _fail(where, f"{what}: {rule}")
 
 
 def _check_capacities_and_counters(
     device: Device, where: str, known_counter_sets: set[str] | None
 ) -> None:
     for name, cap in device.capacity.items():
-        _check_qualified(name, f"{where} capacity")
+        _check_qualified(name, "capacity", where)
         if cap.request_policy is not None and not device.allow_multiple_allocations:
             raise _fail(
                 where,
                 f"capacity {name} has a requestPolicy, which needs allowMultipleAllocations: true",
             )
-    if len(device.taints) > MAX_TAINTS:
-        raise _fail(where, f"{len(device.taints)} taints; at most {MAX_TAINTS}")
+        _check_request_policy(name, cap, where)
     if len(device.consumes_counters) > MAX_CONSUMPTIONS_PER_DEVICE:
         raise _fail(
             where,
@@ -183,6 +288,14 @@ def _check_capacities_and_counters(
             raise _fail(where, f"consumes {len(cc.counters)} counters; at most 32 per entry")
         for c in cc.counters:
             check_dns_label(c, "counter name", where)
+
+
+def _check_counter_set(cs: CounterSet, where: str) -> None:
+    check_dns_label(cs.name, "counter set name", where)
+    if len(cs.counters) > MAX_COUNTERS_PER_SET:
+        raise _fail(where, f"{len(cs.counters)} counters; at most {MAX_COUNTERS_PER_SET}")
+    for c in cs.counters:
+        check_dns_label(c, "counter name", where)
 
 
 def _is_advanced(device: Device) -> bool:
@@ -259,6 +372,17 @@ def slice_name_prefix(node: str, driver: str, pool: str) -> str:
     return base
 
 
+def slice_name(prefix: str, index: int) -> str:
+    """The name of a pool's slice ``index``: names sort in index order, for any count.
+
+    The index is written after a letter that gives its number of digits (``a0`` ... ``a9``,
+    ``b10`` ... ``b99``, ``c100`` ...), so ``-b10`` sorts after ``-a9`` and a slice keeps its
+    name when the pool grows.
+    """
+    digits = str(index)
+    return f"{prefix}-{chr(ord('a') + len(digits) - 1)}{digits}"
+
+
 @dataclass(frozen=True)
 class PoolSpec:
     """One pool's devices and counter sets, as published under one driver."""
@@ -270,33 +394,60 @@ class PoolSpec:
     counter_sets: tuple[CounterSet, ...] = ()
 
 
-def render_pool(spec: PoolSpec, *, generation: int = 0) -> list[dict[str, Any]]:
-    """Render one pool into ResourceSlice objects (``resource.k8s.io/v1`` JSON dicts).
+def check_pool(spec: PoolSpec) -> tuple[PoolSpec, list[SliceValidationError]]:
+    """Split a pool into what the API server accepts and what it would reject.
+
+    Returns:
+        The pool without the devices and counter sets that break a rule, and one error per
+        device or counter set left out (naming it and the rule). Devices that consume from a
+        counter set left out are left out too.
 
     Raises:
-        SliceValidationError: a rule is broken; the message names the device and the rule.
+        SliceValidationError: the driver or pool name is invalid (nothing of it can be published).
     """
     check_driver_name(spec.driver)
     check_pool_name(spec.pool)
+    errors: list[SliceValidationError] = []
     names: set[str] = set()
+    counter_sets: list[CounterSet] = []
     for cs in spec.counter_sets:
         where = f"{spec.driver}/{spec.pool} counter set {cs.name!r}"
-        check_dns_label(cs.name, "counter set name", where)
-        if cs.name in names:
-            raise _fail(where, "counter set names must be unique within a pool")
+        try:
+            if cs.name in names:
+                raise _fail(where, "counter set names must be unique within a pool")
+            _check_counter_set(cs, where)
+        except SliceValidationError as exc:
+            errors.append(exc)
+            continue
         names.add(cs.name)
-        if len(cs.counters) > MAX_COUNTERS_PER_SET:
-            raise _fail(where, f"{len(cs.counters)} counters; at most {MAX_COUNTERS_PER_SET}")
-        for c in cs.counters:
-            check_dns_label(c, "counter name", where)
+        counter_sets.append(cs)
     seen: set[str] = set()
+    devices: list[Device] = []
     for d in spec.devices:
         where = f"device {spec.driver}/{spec.pool}/{d.name}"
-        if d.name in seen:
-            raise _fail(where, "device names must be unique within a pool")
+        try:
+            if d.name in seen:
+                raise _fail(where, "device names must be unique within a pool")
+            validate_device(d, where, names)
+        except SliceValidationError as exc:
+            errors.append(exc)
+            continue
         seen.add(d.name)
-        validate_device(d, where, names)
+        devices.append(d)
+    if not errors:
+        return spec, []
+    kept = PoolSpec(
+        driver=spec.driver,
+        node=spec.node,
+        pool=spec.pool,
+        devices=tuple(devices),
+        counter_sets=tuple(counter_sets),
+    )
+    return kept, errors
 
+
+def render_checked(spec: PoolSpec, *, generation: int = 0) -> list[dict[str, Any]]:
+    """Render a pool that :func:`check_pool` returned (no checks: they were made there)."""
     bodies: list[dict[str, Any]] = []
     cs_list = list(spec.counter_sets)
     for i in range(0, len(cs_list), MAX_COUNTER_SETS_PER_SLICE):
@@ -314,7 +465,7 @@ def render_pool(spec: PoolSpec, *, generation: int = 0) -> list[dict[str, Any]]:
             {
                 "apiVersion": API_VERSION,
                 "kind": "ResourceSlice",
-                "metadata": {"name": f"{prefix}-{i}"},
+                "metadata": {"name": slice_name(prefix, i)},
                 "spec": {
                     "driver": spec.driver,
                     "nodeName": spec.node,
@@ -328,6 +479,18 @@ def render_pool(spec: PoolSpec, *, generation: int = 0) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def render_pool(spec: PoolSpec, *, generation: int = 0) -> list[dict[str, Any]]:
+    """Render one pool into ResourceSlice objects (``resource.k8s.io/v1`` JSON dicts).
+
+    Raises:
+        SliceValidationError: a rule is broken; the message names the device and the rule.
+    """
+    checked, errors = check_pool(spec)
+    if errors:
+        raise errors[0]
+    return render_checked(checked, generation=generation)
 
 
 def pools_from_devices(

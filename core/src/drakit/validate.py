@@ -1,0 +1,350 @@
+"""Offline checks behind ``drakit config validate`` and ``drakit claim validate``.
+
+Both report :class:`Problem` s: where the mistake is (the file, or the ``DRAKIT_*`` variable that
+set the value), the dotted path inside it, and what is wrong with the fix. Nothing here talks to
+a cluster or reads hardware.
+
+``config validate`` checks what start-up checks, before start-up: every setting (ranges, names,
+unknown keys), that each enabled plugin is installed and accepts its section, that each named
+strategy (``strategy``, ``publish_strategy``) is installed, that driver names are DNS
+subdomains, and that a plugin's prerequisites are enabled: a setting named ``*_driver`` names
+the DRA driver of another plugin (``composite``'s ``gpu_driver`` and ``nic_driver``), and
+some enabled plugin must publish it.
+
+``claim validate`` checks ResourceClaims, ResourceClaimTemplates and DeviceClasses
+(``resource.k8s.io``) as the API server would check their opaque configuration (driver name,
+a JSON object of at most 10 KiB, requests that exist), then hands each object whose driver an
+installed plugin publishes to that plugin's ``drakit_parse_config``, exactly as a node would
+when it prepares the claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from drakit.config import (
+    DrakitSettings,
+    DriverName,
+    env_variable,
+    known_keys,
+    load_settings,
+    read_config_file,
+    validation_errors,
+    yaml_shape_problem,
+)
+from drakit.errors import ConfigInvalid, DrakitError
+from drakit.models import NodeInfo
+from drakit.pluginhost import (
+    PLUGIN_GROUP,
+    PluginHost,
+    installed_plugins,
+    installed_strategies,
+    load_entry_points,
+)
+from drakit.runtime import effective_settings
+
+__all__ = ["Problem", "validate_claim_files", "validate_config"]
+
+MAX_OPAQUE_BYTES = 10 * 1024
+"""``OpaqueParametersMaxLength``: the API server's limit on one opaque config object."""
+
+_DRIVER: TypeAdapter[str] = TypeAdapter(DriverName)
+_KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One mistake: its source (a file or a ``DRAKIT_*`` variable), the path in it, the fix."""
+
+    source: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.source}: {self.path}: {self.message}"
+            if self.path
+            else (f"{self.source}: {self.message}")
+        )
+
+
+# ------------------------------------------------------------------------------ config
+
+
+def _sourced(file: str, errors: Iterable[tuple[str, str]]) -> list[Problem]:
+    """Problems whose source is the variable that set the value, else the file."""
+    out = []
+    for path, msg in errors:
+        var = env_variable(path) if path else None
+        text = msg.split(" (set by ", 1)[0] if var else msg
+        out.append(Problem(var or file, path, text))
+    return out
+
+
+def validate_config(file: Path) -> tuple[list[Problem], list[str]]:
+    """Check a drakit configuration file (with the ``DRAKIT_*`` environment) as start-up would.
+
+    Returns:
+        The problems (empty when it is valid) and the names of the enabled plugins.
+    """
+    problems: list[Problem] = []
+    sections: dict[str, Any] = {}
+    settings: DrakitSettings | None = None
+    try:
+        settings = effective_settings(load_settings(file))
+        sections = dict(settings.plugins)
+    except ConfigInvalid as e:
+        problems += _sourced(str(file), e.errors)
+        try:  # unreadable or not YAML: already reported
+            raw = read_config_file(file).get("plugins")
+        except ConfigInvalid:
+            raw = None
+        if isinstance(raw, dict):
+            sections = {str(k): v for k, v in raw.items()}
+        elif isinstance(raw, list):
+            sections = {str(k): {} for k in raw}
+        with contextlib.suppress(ValidationError, RecursionError):  # DRAKIT_* applied
+            settings = DrakitSettings(plugins=sections)
+            sections = dict(settings.plugins)
+    installed = {e.name for e in installed_plugins()}
+    drivers: dict[str, str] = {}  # enabled plugin -> the driver it publishes
+    classes: dict[str, Any] = {}
+    for name, section in sections.items():
+        where = f"plugins.{name}"
+        if name not in installed:
+            known = ", ".join(sorted(installed)) or "none"
+            problems.append(
+                Problem(
+                    _source(file, where),
+                    where,
+                    f"plugin not installed (installed: {known}); fix the name or install the"
+                    " distribution that provides it",
+                )
+            )
+            continue
+        [(_, cls)] = load_entry_points(PLUGIN_GROUP, [name])
+        classes[name] = cls
+        model = cls.settings_model
+        try:
+            validated = model.model_validate(section or {})
+        except ValidationError as e:
+            problems += _sourced(
+                str(file), validation_errors(e, prefix=where, known=known_keys(model, where))
+            )
+            continue
+        drivers[name] = validated.driver or str(getattr(cls, "default_driver", ""))
+        if validated.strategy:
+            problems += _strategy(file, f"{where}.strategy", validated.strategy)
+    if settings is not None and settings.publish_strategy:
+        problems += _strategy(file, "publish_strategy", settings.publish_strategy)
+    problems += _prerequisites(file, sections, drivers)
+    return problems, list(sections)
+
+
+def _source(file: Path, path: str) -> str:
+    return env_variable(path) or str(file)
+
+
+def _strategy(file: Path, path: str, name: str) -> list[Problem]:
+    names = sorted(e.name for e in installed_strategies())
+    if name in names:
+        return []
+    return [
+        Problem(
+            _source(file, path),
+            path,
+            f"strategy {name!r} is not installed (installed: {', '.join(names) or 'none'}); pick"
+            " one of them or install the distribution that provides it",
+        )
+    ]
+
+
+def _prerequisites(
+    file: Path, sections: Mapping[str, Any], drivers: Mapping[str, str]
+) -> list[Problem]:
+    """Settings named ``*_driver`` must name the driver of an enabled plugin."""
+    publishers: dict[str, str] = {}  # installed plugin -> its default driver
+    for entry in installed_plugins():
+        try:
+            [(_, cls)] = load_entry_points(PLUGIN_GROUP, [entry.name])
+        except DrakitError:
+            continue
+        publishers[entry.name] = str(getattr(cls, "default_driver", ""))
+    out: list[Problem] = []
+    enabled = set(drivers.values())
+    for name in drivers:
+        section = sections.get(name) or {}
+        [(_, cls)] = load_entry_points(PLUGIN_GROUP, [name])
+        model = cls.settings_model.model_validate(section)
+        for field in type(model).model_fields:
+            value = getattr(model, field)
+            if not field.endswith("_driver") or not isinstance(value, str) or value in enabled:
+                continue
+            path = f"plugins.{name}.{field}"
+            member = [p for p, d in publishers.items() if d == value]
+            hint = (
+                f"enable the plugin {member[0]!r} (plugins.{member[0]})"
+                if member
+                else "enable the plugin that publishes it"
+            )
+            out.append(
+                Problem(
+                    _source(file, path),
+                    path,
+                    f"plugin {name!r} needs driver {value!r}, which no enabled plugin publishes;"
+                    f" {hint} or change {field}",
+                )
+            )
+    return out
+
+
+# ------------------------------------------------------------------------------ claims
+
+
+def _configs(doc: Mapping[str, Any]) -> tuple[str, list[Any], set[str] | None]:
+    """``(path prefix, config entries, request names or None)`` of a claim, template or class."""
+    spec = doc.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    if doc.get("kind") == "DeviceClass":
+        config = spec.get("config")
+        return "spec.config", config if isinstance(config, list) else [], None
+    prefix = "spec"
+    if doc.get("kind") == "ResourceClaimTemplate":
+        inner = spec.get("spec")
+        spec = inner if isinstance(inner, dict) else {}
+        prefix = "spec.spec"
+    devices = spec.get("devices")
+    devices = devices if isinstance(devices, dict) else {}
+    requests: set[str] = set()
+    for r in devices.get("requests") or []:
+        if isinstance(r, dict) and isinstance(r.get("name"), str):
+            requests.add(r["name"])
+            for sub in r.get("firstAvailable") or []:
+                if isinstance(sub, dict) and isinstance(sub.get("name"), str):
+                    requests.add(f"{r['name']}/{sub['name']}")
+    config = devices.get("config")
+    return f"{prefix}.devices.config", config if isinstance(config, list) else [], requests
+
+
+def _check_entry(
+    entry: Any, path: str, requests: set[str] | None, host: PluginHost | None
+) -> list[tuple[str, str]]:
+    if not isinstance(entry, dict):
+        return [(path, "a config entry is a mapping with `opaque` (and optional `requests`)")]
+    out: list[tuple[str, str]] = []
+    for i, req in enumerate(entry.get("requests") or []):
+        if requests is not None and req not in requests:
+            known = ", ".join(sorted(requests)) or "none"
+            out.append(
+                (f"{path}.requests[{i}]", f"no request {req!r} in this claim (requests: {known})")
+            )
+    opaque = entry.get("opaque")
+    if not isinstance(opaque, dict):
+        return [*out, (f"{path}.opaque", "missing: drakit reads only opaque configs")]
+    return out + _check_opaque(opaque, f"{path}.opaque", host)
+
+
+def _check_opaque(
+    opaque: Mapping[str, Any], path: str, host: PluginHost | None
+) -> list[tuple[str, str]]:
+    driver: Any = opaque.get("driver")
+    params = opaque.get("parameters")
+    try:
+        driver = _DRIVER.validate_python(driver)
+    except ValidationError as e:
+        return [(f"{path}.driver", validation_errors(e)[0][1])]
+    if not isinstance(params, dict):
+        return [(f"{path}.parameters", "must be a JSON object")]
+    size = len(json.dumps(params, separators=(",", ":")).encode())
+    if size > MAX_OPAQUE_BYTES:
+        return [(f"{path}.parameters", f"{size} bytes; the API server allows 10 KiB")]
+    if host is None or not host.plugins_for_driver(driver):
+        return []  # another vendor's driver: not drakit's to judge
+    try:
+        host.parse_config(driver, params)
+    except ConfigInvalid as e:
+        return [(f"{path}.parameters.{p}" if p else f"{path}.parameters", m) for p, m in e.errors]
+    return []
+
+
+def _host(config: Path | None) -> PluginHost | None:
+    """A plugin host with every installed backend (or the configured ones), for parse_config."""
+    settings = load_settings(config) if config else DrakitSettings()
+    if not settings.plugins:
+        settings = settings.model_copy(
+            update={"plugins": {e.name: {} for e in installed_plugins()}}
+        )
+    return PluginHost(
+        settings.model_copy(update={"publish_strategy": None}),
+        NodeInfo(name="claim-validate", sysfs_root=str(settings.sysfs_root)),
+    )
+
+
+def _documents(file: Path) -> tuple[list[Any], list[Problem]]:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return [], [Problem(str(file), "", f"cannot read it: {e}")]
+    try:
+        problem = yaml_shape_problem(text)
+        docs = [] if problem else [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        return [], [Problem(str(file), "", f"not valid YAML: {getattr(e, 'problem', e)}")]
+    if problem:
+        return [], [Problem(str(file), "", problem)]
+    out: list[Any] = []
+    for doc in docs:  # a kubectl List is its items
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            out += doc.get("items") or []
+        else:
+            out.append(doc)
+    return out, []
+
+
+def validate_claim_files(
+    files: Sequence[Path], *, config: Path | None = None
+) -> tuple[list[Problem], int]:
+    """Check every ResourceClaim, ResourceClaimTemplate and DeviceClass in ``files``.
+
+    Args:
+        files: YAML files (several documents each, or ``kind: List``).
+        config: the drakit configuration whose plugins (and driver names) judge the opaque
+            configs; default: every installed backend with its default driver.
+
+    Returns:
+        The problems and how many objects were checked.
+    """
+    problems: list[Problem] = []
+    host = _host(config)
+    checked = 0
+    for file in files:
+        docs, bad = _documents(file)
+        problems += bad
+        for i, doc in enumerate(docs):
+            name = doc.get("metadata", {}).get("name") if isinstance(doc, dict) else None
+            label = f"{file}[{i}]" + (f" {doc.get('kind')} {name}" if name else "")
+            if not isinstance(doc, dict) or doc.get("kind") not in _KINDS:
+                kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+                problems.append(
+                    Problem(label, "kind", f"{kind!r} is not one of {', '.join(_KINDS)}")
+                )
+                continue
+            if not str(doc.get("apiVersion", "")).startswith("resource.k8s.io/"):
+                problems.append(
+                    Problem(label, "apiVersion", "must be resource.k8s.io/v1 (or a beta version)")
+                )
+                continue
+            checked += 1
+            prefix, entries, requests = _configs(doc)
+            for j, entry in enumerate(entries):
+                for path, msg in _check_entry(entry, f"{prefix}[{j}]", requests, host):
+                    problems.append(Problem(label, path, msg))
+    return problems, checked
