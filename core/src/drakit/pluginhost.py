@@ -281,6 +281,10 @@ class PluginHost:
         """A device as published in the last discovery round, if any."""
         return self._devices.get(key)
 
+    def devices_of(self, driver: str) -> list[DeviceKey]:
+        """The devices published for ``driver`` in the last discovery round."""
+        return [k for k in list(self._devices) if k.driver == driver]
+
     def hook_implementations(self, name: str) -> list[str]:
         """The hooks a registered plugin implements."""
         plugin = self.pm.get_plugin(name)
