@@ -16,12 +16,10 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
-from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from drakit.checkpoint import read_boot_id
 from drakit.config import DrakitSettings
@@ -134,6 +132,7 @@ class Node:
                     instance_id=self.instance_id,
                     health_source=self.health[driver],
                     health_interval=s.health.resend,
+                    serialize=False,  # DriverState serialises per driver, after the claim GETs
                 )
                 server.start()
                 self.servers[driver] = server
@@ -322,26 +321,13 @@ class Node:
 
     def _repaired(self, driver: str, reason: str, message: str, count: int) -> None:
         self.metrics.checkpoint_repairs.labels(driver=driver).inc(count)
-        if reason != "corrupt" or self.kube is None or self.host is None:
+        if reason == "reboot" or self.kube is None or self.host is None:
             return
         try:
             self.kube.create_event(
                 {"kind": "Node", "apiVersion": "v1", "name": self.host.node.name},
-                "CheckpointCorrupt",
+                "CheckpointCorrupt" if reason == "corrupt" else "CheckpointRecovered",
                 message,
             )
         except DrakitError:
             log.warning("could not record an Event for the corrupt checkpoint", exc_info=True)
-
-
-def node_overrides(**flags: Any) -> dict[str, Any]:
-    """Command-line flags that override the file (``None`` = not given)."""
-    return {k: v for k, v in flags.items() if v is not None}
-
-
-def sockets_of(node: Node) -> Sequence[Path]:
-    """Every socket the node serves (for the demo and tests)."""
-    out: list[Path] = []
-    for s in node.servers.values():
-        out += [s.registration_socket, s.dra_socket]
-    return out
