@@ -447,11 +447,49 @@ class KubeClient:
         Raises:
             NotFoundError: There is no such claim.
         """
-        return self.request(
-            "GET",
+        path = (
             f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
-            f"/resourceclaims/{quote(name, safe='')}",
+            f"/resourceclaims/{quote(name, safe='')}"
         )
+        return self._lean_get(path, what=f"GET {path}")
+
+    def _lean_get(self, path: str, *, what: str) -> dict[str, Any]:
+        """A GET on the hot path (every prepare), without the client's per-call request building.
+
+        Same connection pool, TLS and credentials as :meth:`request`: the headers, auth and URL
+        are all the client would send, and the token is read on each call (rotation applies).
+        """
+        api = self._api
+        cfg = api.configuration
+        headers = {"Accept": "application/json", **api.default_headers}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        for auth in cfg.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        try:
+            resp = api.rest_client.pool_manager.request(
+                "GET",
+                cfg.host + path,
+                headers=headers,
+                timeout=urllib3.Timeout(connect=_CONNECT_TIMEOUT, read=self._timeout),
+                retries=False,
+                preload_content=True,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise RetryableError(
+                f"{what}: cannot reach the API server at {self.host}: {_short(exc)}"
+            ) from exc
+        status, data = int(resp.status), bytes(resp.data)
+        if not 200 <= status < 300:  # noqa: PLR2004 - HTTP status codes
+            raise _error_for(status, data, what)
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise RetryableError(f"{what}: the API server sent invalid JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise RetryableError(f"{what}: the API server sent {type(doc).__name__}, not an object")
+        return doc
 
     # -------------------------------------------------------------------- events
 
