@@ -3,6 +3,10 @@
 Start-up: load plugins (simulated hardware if a profile is set), discover, then per DRA driver
 open the checkpoint, start the prepare pipeline and the kubelet sockets; publish
 ResourceSlices (when a cluster is configured), poll device health, serve metrics and probes.
+An unreachable API server does not stop the start: the kubelet is served (unprepare works from
+the checkpoint, prepare answers "cannot read the claim, will retry"), the publisher retries with
+backoff and publishes as soon as the server is back, and ``/readyz`` answers 503 with the
+publisher's last error (which names the unreachable server) until then.
 
 SIGTERM: stop accepting kubelet calls, let those in flight finish, remove the sockets, and
 leave the ResourceSlices for the successor (a rolling update adopts them).
@@ -23,7 +27,7 @@ from types import FrameType
 
 from drakit.checkpoint import read_boot_id
 from drakit.config import DrakitSettings
-from drakit.errors import DrakitError, PermanentError
+from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.inventory import Inventory, build_inventory
 from drakit.kube import KubeClient
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer
@@ -137,7 +141,16 @@ class Node:
                 server.start()
                 self.servers[driver] = server
         if self.kube is not None:
-            node = self.kube.get_node(node_name)
+            try:
+                node = self.kube.get_node(node_name)
+            except RetryableError as e:  # an API outage must not stop the kubelet service
+                log.warning(
+                    "API server unreachable at start-up (%s): serving the kubelet anyway "
+                    "(unprepare works from the checkpoint, prepare answers retry); ResourceSlices "
+                    "are published when it is back",
+                    e,
+                )
+                node = None
             self.publisher = ResourceSlicePublisher(
                 self.kube,
                 node_name,
@@ -226,7 +239,8 @@ class Node:
         if self.serve_kubelet and not all(s.running for s in self.servers.values()):
             return False, "kubelet sockets not serving"
         if self.publisher is not None and not self.publisher.synced:
-            return False, f"ResourceSlices not published: {self.publisher.last_error or 'pending'}"
+            why = self.publisher.last_error or "pending"
+            return False, f"ResourceSlices not published: {why}"
         return True, "ok"
 
     # -- inventory -----------------------------------------------------------------------------
