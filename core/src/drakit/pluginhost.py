@@ -187,6 +187,7 @@ class PluginHost:
         self.strategies: dict[str, object] = {}
         self._owners: dict[DeviceKey, str] = {}
         self._devices: dict[DeviceKey, Device] = {}
+        self._subset: dict[tuple[str, str], Callable[..., Any]] = {}
         self.on_plugin_error: Callable[[str, str], None] | None = None
         """Called as ``(plugin, hook)`` when a hook raises (the node counts these in metrics)."""
         self._load_backends()
@@ -201,6 +202,7 @@ class PluginHost:
     # -- loading -------------------------------------------------------------------------------
 
     def _register(self, name: str, obj: object) -> None:
+        self._subset.clear()
         try:
             self.pm.register(obj, name=name)
         except (pluggy.PluginValidationError, ValueError) as e:
@@ -293,8 +295,11 @@ class PluginHost:
 
     def _only(self, plugin: str, hook: str) -> Callable[..., Any]:
         """A caller of ``hook`` on ``plugin`` alone that names the plugin in any failure."""
-        others = [p for n, p in self.pm.list_name_plugin() if n != plugin]
-        caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
+        caller = self._subset.get((plugin, hook))
+        if caller is None:  # built once per (plugin, hook): prepare calls this per claim
+            others = [p for n, p in self.pm.list_name_plugin() if n != plugin]
+            caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
+            self._subset[(plugin, hook)] = caller
 
         def call(**kwargs: Any) -> Any:
             try:
