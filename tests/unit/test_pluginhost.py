@@ -202,6 +202,7 @@ def test_sections_are_validated_into_the_plugins_model() -> None:
     assert ctx.driver_name == "cards.example.org"
     assert ctx.name == "example_fpga"
     assert ctx.node == NODE
+    assert ctx.log.name == "drakit.plugin.example_fpga"
 
 
 def test_section_errors_name_the_path() -> None:

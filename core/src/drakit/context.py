@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -26,6 +27,7 @@ class PluginContext:
         driver_name: the DRA driver name this plugin publishes under.
         strategy: the configured strategy (section ``strategy``, else ``publish_strategy``).
         select: call the node-side selection hook (``drakit_select_resources``) by strategy.
+        log: a logger named after the plugin.
     """
 
     name: str
@@ -34,6 +36,7 @@ class PluginContext:
     driver_name: str
     strategy: str | None
     select: Callable[[str, SelectionRequest], SelectionResult]
+    log: logging.Logger
 
     def settings_as(self, model: type[S]) -> S:
         """This plugin's settings as its own model (typed access for the plugin's code).

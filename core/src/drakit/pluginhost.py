@@ -228,6 +228,7 @@ class PluginHost:
                 driver_name=driver,
                 strategy=section.strategy or self.settings.publish_strategy,
                 select=self.select,
+                log=logging.getLogger(f"drakit.plugin.{name}"),
             )
             try:
                 obj = cls(ctx)
