@@ -489,9 +489,7 @@ class KubeClient:
         headers = self._lean_headers()
         try:
             if self._pool is None:  # the pool the client itself uses for this server
-                self._pool = self._api.rest_client.pool_manager.connection_from_url(
-                    self._base_url
-                )
+                self._pool = self._api.rest_client.pool_manager.connection_from_url(self._base_url)
             resp = self._pool.urlopen(
                 "GET",
                 self._base_path + path,
