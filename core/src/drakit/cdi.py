@@ -11,11 +11,11 @@ lowest version the content needs, so older runtimes can read it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Final
 
@@ -137,11 +137,21 @@ class CdiWriter:
         """
         name = self.spec_name(claim_uid)
         ensure_dir(self.cdi_dir, DIR_MODE, private=False)
-        data = json.dumps(spec, indent=1, sort_keys=True).encode()
+        data = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+        # Per-claim temp name (runtimes read only *.json): calls for a claim are serialised.
+        tmp = self.cdi_dir / f".{name}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".spec-", suffix=".tmp", dir=self.cdi_dir)
+            fd = os.open(tmp, flags, PUBLIC_FILE_MODE)
         except OSError as e:
-            raise fs_error("write the CDI spec", self.cdi_dir / name, e) from e
+            if e.errno == errno.ELOOP:  # a link planted at our temp name: drop it, retry once
+                tmp.unlink(missing_ok=True)
+                try:
+                    fd = os.open(tmp, flags | os.O_EXCL, PUBLIC_FILE_MODE)
+                except OSError as e2:
+                    raise fs_error("write the CDI spec", self.cdi_dir / name, e2) from e2
+            else:
+                raise fs_error("write the CDI spec", self.cdi_dir / name, e) from e
         try:
             try:
                 view = memoryview(data)

@@ -26,12 +26,12 @@ never crash-loops, and never hands out a device a running claim may hold.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
@@ -175,6 +175,7 @@ class CheckpointStore:
         self._cp: Checkpoint | None = None
         self._ident: tuple[int, int, int, int] | None = None
         self._canon: dict[str, tuple[ClaimRecord, str]] = {}
+        self._dfd: int | None = None
         self.reads = 0
         """How many times the file was read (start-up, outside changes, repairs)."""
         self.writes = 0
@@ -327,7 +328,17 @@ class CheckpointStore:
         self._ident = ident
 
     def _write(self, data: bytes) -> tuple[int, int, int, int]:
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=self.path.parent)
+        # A fixed temp name: every writer of this file holds the driver's lock (the flock
+        # serialises the two instances of a rolling update too); a stale one is truncated.
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(tmp, flags, 0o600)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            tmp.unlink()  # a link planted at the temp name is never followed
+            fd = os.open(tmp, flags | os.O_EXCL, 0o600)
         try:
             try:
                 view = memoryview(data)
@@ -339,11 +350,15 @@ class CheckpointStore:
                 os.close(fd)
             os.replace(tmp, self.path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
-        dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        if self._dfd is None:
+            self._dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        os.fsync(self._dfd)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def close(self) -> None:
+        """Release the directory handle kept for fsync."""
+        if self._dfd is not None:
+            os.close(self._dfd)
+            self._dfd = None

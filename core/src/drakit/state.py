@@ -209,9 +209,11 @@ class DriverState:
         self._pool: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
-        """Stop the GET worker pool."""
+        """Stop the GET worker pool and release the checkpoint's directory handle."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        with self._lock:
+            self.store.close()
 
     @contextmanager
     def _serialized(self) -> Iterator[None]:
