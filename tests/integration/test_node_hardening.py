@@ -609,3 +609,16 @@ def test_fs_error_helper_names_errno() -> None:
 
     e = fs_error("write", "/x", OSError(errno.EROFS, "Read-only file system"))
     assert str(e) == "cannot write /x: the file system is read-only (EROFS); will retry"
+
+
+def test_a_cdi_dir_configured_as_a_link_is_used(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    """The operator's CDI directory may be a link (``/var/run/cdi`` on some hosts)."""
+    real = tmp_path / "run-cdi"
+    real.mkdir()
+    (tmp_path / "cdi").symlink_to(real)
+    state = make_state(host, claims, tmp_path)
+    ref = claim(claims, [gpu("gpu-6")])
+    assert state.prepare([ref])[ref.uid].error == ""
+    assert [p.name for p in real.iterdir()] == [f"k8s.{GPU}-claim_{ref.uid}.json"]

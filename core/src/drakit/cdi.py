@@ -136,7 +136,7 @@ class CdiWriter:
             RetryableError: the file system refused (read-only, no space), named as such.
         """
         name = self.spec_name(claim_uid)
-        ensure_dir(self.cdi_dir, DIR_MODE, private=False)
+        ensure_dir(self.cdi_dir, DIR_MODE, private=False, allow_link=True)
         data = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
         # Per-claim temp name (runtimes read only *.json): calls for a claim are serialised.
         tmp = self.cdi_dir / f".{name}.tmp"

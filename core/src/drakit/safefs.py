@@ -79,12 +79,16 @@ def check_component(value: str, what: str, *, max_bytes: int = MAX_COMPONENT_BYT
     return value
 
 
-def ensure_dir(path: Path, mode: int = PRIVATE_DIR_MODE, *, private: bool = True) -> Path:
+def ensure_dir(
+    path: Path, mode: int = PRIVATE_DIR_MODE, *, private: bool = True, allow_link: bool = False
+) -> Path:
     """Create ``path`` (and its parents) with ``mode``, whatever the umask; return it.
 
     An existing ``path`` must be a real directory (not a symbolic link to one): a link planted
     there would move drakit's files elsewhere. With ``private``, an existing directory that
-    others can write is tightened to ``mode``.
+    others can write is tightened to ``mode``. ``allow_link`` accepts a link to a directory
+    (for directories the operator configures, like the CDI directory, never for ones named
+    after input).
 
     Raises:
         PermanentError: ``path`` is a link or not a directory.
@@ -109,6 +113,8 @@ def ensure_dir(path: Path, mode: int = PRIVATE_DIR_MODE, *, private: bool = True
         if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) != mode:
             os.chmod(path, mode, follow_symlinks=False)  # mkdir's mode is masked by the umask
             return path
+    if stat.S_ISLNK(st.st_mode) and allow_link and path.is_dir():
+        return path
     if stat.S_ISLNK(st.st_mode):
         raise PermanentError(
             f"{path} is a symbolic link; drakit does not follow links where it keeps its own "
