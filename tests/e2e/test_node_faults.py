@@ -341,3 +341,78 @@ def test_api_server_outage_of_60s(
     # retries within that long of the API server's return, however long the outage was.
     if took >= 10 or min(longest.values(), default=0.0) > 8:
         raise SlowRecovery(f"restored after {took:.1f}s; longest waits {longest}")
+
+
+@pytest.mark.timeout(300)
+def test_start_up_while_the_api_server_is_unreachable(
+    control_plane: ControlPlane,
+    kubelet_standin: KubeletStandIn,
+    profile_root: Callable[[str], Path],
+    fake_node: Callable[..., dict[str, Any]],
+    cpu_class: str,
+    namespace: str,
+) -> None:
+    """Issue 9 item 6: the node starts without the API server and serves the kubelet."""
+    cp = control_plane
+    name = fake_node()["metadata"]["name"]
+    dirs = NodeDirs.create("dk-cold-")
+    proxy = Proxy(("127.0.0.1", cp.api_port))
+    proxy.start()
+
+    def node_proc() -> NodeProcess:
+        return NodeProcess(
+            kubeconfig=kubeconfig_via(cp, proxy.port, dirs.root / "kubeconfig"),
+            node_name=name,
+            dirs=dirs,
+            plugins={"cpu": {}},
+            sysfs_root=profile_root(PROFILE),
+            instance_id="cold",
+        )
+
+    try:
+        first = node_proc()
+        with first:
+            first.wait_ready(timeout=60)
+            held = allocated_claim(
+                cp, namespace, "held", [cpu_result(name)], device_class=cpu_class
+            )
+            held_ref = f"--claim={namespace}/held/{held['metadata']['uid']}"
+            endpoint = f"--endpoint={first.dra_socket(CPU)}"
+            got = kubelet_standin.run("raw-prepare", endpoint, "--service=v1", held_ref)
+            [reply] = got.doc["response"]["claims"].values()
+            assert reply["error"] == "", reply
+            want = devices_of(slices_of(cp, name))
+            assert first.terminate() == 0
+        fresh = allocated_claim(
+            cp, namespace, "fresh", [cpu_result(name, device="cpu-numa-1")], device_class=cpu_class
+        )
+        fresh_ref = f"--claim={namespace}/fresh/{fresh['metadata']['uid']}"
+        cp.api("DELETE", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={name}")
+
+        proxy.stop()  # the API server is unreachable when the node starts
+        second = node_proc()
+        with second:  # starts (and serves /healthz) although the API server is gone
+            assert second.returncode is None, second.log_tail()
+            status, why = second.http("/readyz")
+            assert status == 503
+            assert "ResourceSlices not published" in why
+            assert "cannot reach the API server" in why or "pending" in why, why
+            got = kubelet_standin.run("raw-prepare", endpoint, "--service=v1", fresh_ref)
+            [reply] = got.doc["response"]["claims"].values()
+            assert "will retry" in reply["error"], reply
+            done = kubelet_standin.run("raw-unprepare", endpoint, "--service=v1", held_ref)
+            [reply] = done.doc["response"]["claims"].values()
+            assert reply["error"] == "", reply  # from the checkpoint, no API server needed
+            assert dirs.cdi_specs() == {}
+
+            proxy.start()  # back: the slices are published and prepare works
+            restored_within(cp, name, want, 60)
+            assert second.wait_ready(timeout=30) > 0
+            again = kubelet_standin.run("raw-prepare", endpoint, "--service=v1", fresh_ref)
+            [reply] = again.doc["response"]["claims"].values()
+            assert reply["error"] == "", reply
+            kubelet_standin.run("raw-unprepare", endpoint, "--service=v1", fresh_ref)
+            assert second.terminate() == 0
+    finally:
+        proxy.stop()
+        dirs.remove()

@@ -325,7 +325,7 @@ def test_corrupt_checkpoint_is_moved_aside_and_serving_continues(
     cp.write_text(json.dumps(data))
     other = claim(claims, [gpu("gpu-2")])
     assert state.prepare([other])[other.uid].error == ""
-    assert repairs == [("corrupt", 1)]
+    assert repairs == [("corrupt", 1), ("recovered", 1)]  # the claim rebuilt from its spec
     aside = [p.name for p in cp.parent.iterdir() if ".corrupt-" in p.name]
     assert len(aside) == 1
     # the claim from the lost checkpoint can still be unprepared: its CDI spec goes by name

@@ -3,24 +3,39 @@
 The CDI kind of a driver is ``k8s.<driver>/claim``; each prepared device of a claim becomes a
 CDI device named ``<claim uid>-<device>`` (never reused, since runtimes cache specs), in the file
 ``k8s.<driver>-claim_<claim uid>.json`` in the CDI directory (``/var/run/cdi`` on a node).
-Files are written atomically (temp file, fsync, rename). ``cdiVersion`` is the lowest version
-the content needs, so older runtimes can read it.
+Files are written atomically (temp file, fsync, rename), mode 0644 whatever the umask; the claim
+UID must be one plain file-name component (so a spec never lands outside the directory), and a
+link planted at a spec's name is replaced or removed, never followed. ``cdiVersion`` is the
+lowest version the content needs, so older runtimes can read it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
-import tempfile
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from drakit.errors import PermanentError
 from drakit.models import CdiEdits
+from drakit.safefs import (
+    DIR_MODE,
+    PUBLIC_FILE_MODE,
+    NotRegular,
+    check_component,
+    ensure_dir,
+    fs_error,
+    read_regular,
+)
 
 __all__ = ["CdiWriter", "cdi_kind", "min_cdi_version"]
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
+MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
+"""A spec larger than this is not one drakit wrote (read back only to rebuild a lost checkpoint)."""
 
 
 def cdi_kind(driver: str) -> str:
@@ -73,8 +88,16 @@ class CdiWriter:
         self.vendor = self.kind.split("/")[0]
 
     def spec_name(self, claim_uid: str) -> str:
-        """The file name of a claim's spec."""
+        """The file name of a claim's spec.
+
+        Raises:
+            PermanentError: the UID cannot be part of a file name (``/``, ``..``, ...).
+        """
+        check_component(claim_uid, "claim uid", max_bytes=128)
         return f"{self.vendor}-claim_{claim_uid}.json"
+
+    def _path(self, claim_uid: str) -> Path:
+        return self.cdi_dir / self.spec_name(claim_uid)
 
     def device_name(self, claim_uid: str, device: str) -> str:
         """The CDI device name of one device of a claim."""
@@ -106,41 +129,108 @@ class CdiWriter:
         return spec
 
     def write(self, claim_uid: str, spec: dict[str, Any]) -> str:
-        """Write a claim's spec atomically; returns the file name."""
-        self.cdi_dir.mkdir(parents=True, exist_ok=True)
+        """Write a claim's spec atomically (mode 0644); returns the file name.
+
+        Raises:
+            PermanentError: a bad UID, or a directory where the spec goes.
+            RetryableError: the file system refused (read-only, no space), named as such.
+        """
         name = self.spec_name(claim_uid)
-        fd, tmp = tempfile.mkstemp(prefix=".spec-", suffix=".tmp", dir=self.cdi_dir)
+        ensure_dir(self.cdi_dir, DIR_MODE, private=False, allow_link=True)
+        data = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+        # Per-claim temp name (runtimes read only *.json): calls for a claim are serialised.
+        tmp = self.cdi_dir / f".{name}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(spec, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.cdi_dir / name)
+            fd = os.open(tmp, flags, PUBLIC_FILE_MODE)
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a link planted at our temp name: drop it, retry once
+                tmp.unlink(missing_ok=True)
+                try:
+                    fd = os.open(tmp, flags | os.O_EXCL, PUBLIC_FILE_MODE)
+                except OSError as e2:
+                    raise fs_error("write the CDI spec", self.cdi_dir / name, e2) from e2
+            else:
+                raise fs_error("write the CDI spec", self.cdi_dir / name, e) from e
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, PUBLIC_FILE_MODE)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.cdi_dir / name)  # replaces a planted link, never follows it
+        except OSError as e:
+            Path(tmp).unlink(missing_ok=True)
+            if isinstance(e, IsADirectoryError):
+                raise PermanentError(
+                    f"{self.cdi_dir / name} is a directory, not a CDI spec: remove it by hand"
+                ) from e
+            raise fs_error("write the CDI spec", self.cdi_dir / name, e) from e
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
         return name
 
     def exists(self, claim_uid: str) -> bool:
-        """Whether the claim's spec file is on disk."""
-        return (self.cdi_dir / self.spec_name(claim_uid)).exists()
+        """Whether the claim's spec is on disk as a regular file (a link does not count)."""
+        try:
+            return stat.S_ISREG(self._path(claim_uid).lstat().st_mode)
+        except OSError:
+            return False
 
     def remove(self, claim_uid: str) -> bool:
-        """Delete a claim's spec; ``False`` if it was not there (not an error)."""
+        """Delete a claim's spec; ``False`` if it was not there (not an error).
+
+        A link at the spec's name is removed itself (its target is left alone).
+
+        Raises:
+            PermanentError: a bad UID, or a directory where the spec goes.
+            RetryableError: the file system refused (read-only, ...), named as such.
+        """
+        path = self._path(claim_uid)
         try:
-            (self.cdi_dir / self.spec_name(claim_uid)).unlink()
+            path.unlink()
         except FileNotFoundError:
             return False
+        except IsADirectoryError as e:
+            raise PermanentError(f"{path} is a directory, not a CDI spec: remove it by hand") from e
+        except OSError as e:
+            raise fs_error("remove the CDI spec", path, e) from e
         return True
+
+    def read_devices(self, claim_uid: str) -> list[str] | None:
+        """The CDI device names in a claim's spec; ``None`` if it is missing or unreadable."""
+        try:
+            raw = read_regular(self._path(claim_uid), MAX_SPEC_BYTES)
+            if raw is None:
+                return None
+            doc = json.loads(raw)
+            names = [str(d["name"]) for d in doc["devices"]]
+        except (NotRegular, ValueError, KeyError, TypeError, RecursionError, OSError):
+            return None
+        except PermanentError:
+            return None
+        return names
 
     def claim_uids(self) -> set[str]:
         """UIDs of the claims that have a spec in the directory (to find leaks)."""
         prefix = f"{self.vendor}-claim_"
-        if not self.cdi_dir.is_dir():
+        try:
+            names = os.listdir(self.cdi_dir)
+        except (FileNotFoundError, NotADirectoryError):
             return set()
-        return {
-            p.name[len(prefix) : -len(".json")]
-            for p in self.cdi_dir.iterdir()
-            if p.name.startswith(prefix) and p.name.endswith(".json")
-        }
+        except OSError as e:
+            raise fs_error("list the CDI directory", self.cdi_dir, e) from e
+        out = set()
+        for n in names:
+            if n.startswith(prefix) and n.endswith(".json"):
+                uid = n[len(prefix) : -len(".json")]
+                try:
+                    check_component(uid, "claim uid", max_bytes=128)
+                except PermanentError:
+                    continue
+                out.add(uid)
+        return out

@@ -10,20 +10,30 @@ so a crash at any point leaves a record that the next kubelet call completes or 
 The node's boot ID is recorded: after a reboot the CDI specs (on tmpfs) are gone, so every
 completed claim is demoted to ``PrepareStarted`` and re-prepared on the next call.
 
-A checkpoint that cannot be read (bad JSON, bad checksum, unknown version) is moved aside to
-``<name>.corrupt-<timestamp>``, reported through ``on_repair`` (a Kubernetes Event and a log
-line in the node), and replaced by an empty one: the driver keeps serving, never crash-loops.
+The store keeps the checkpoint it last read or wrote in memory and reads the file again only when
+the file on disk is no longer the one it wrote (another instance wrote it during a rolling update,
+or someone replaced it); it re-serialises only the records that changed (records are immutable, so
+an unchanged record is the same object and its canonical JSON is reused).
+
+A checkpoint that cannot be read (bad JSON, JSON nested too deeply, bad checksum, unknown version,
+or not a regular file at all: a directory, a FIFO, a device, a link; it is opened without blocking
+and without following links) is moved aside to a unique ``<name>.corrupt-<time>-<pid>-<random>``
+(every copy is kept), reported through ``on_repair`` (a metric, a Kubernetes Event and a log line
+in the node), and replaced by what the other evidence on the node says is still held: ``recover``
+(the prepare pipeline rebuilds records from the CDI specs it wrote). The driver keeps serving,
+never crash-loops, and never hands out a device a running claim may hold.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
-import tempfile
+import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -31,6 +41,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.models import PreparedDevice, PreparedDeviceRef
+from drakit.safefs import NotRegular, fs_error, read_regular
 
 __all__ = [
     "CHECKPOINT_API_VERSION",
@@ -54,10 +65,14 @@ class ClaimPhase(StrEnum):
     UNPREPARE_STARTED = "UnprepareStarted"
 
 
-class ClaimRecord(BaseModel):
-    """What the driver remembers about one claim."""
+MAX_CHECKPOINT_BYTES: Final = 256 * 1024 * 1024
+"""A checkpoint file larger than this is treated as damage (a claim record is ~1 KiB)."""
 
-    model_config = ConfigDict(extra="forbid")
+
+class ClaimRecord(BaseModel):
+    """What the driver remembers about one claim (immutable: a change is a new record)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: str
     name: str
@@ -70,6 +85,28 @@ class ClaimRecord(BaseModel):
         default_factory=list, description="What was returned to the kubelet"
     )
     cdi_spec: str | None = Field(default=None, description="CDI spec file name, if written")
+    recovered: bool = Field(
+        default=False,
+        description=(
+            "Rebuilt from the claim's CDI spec after the checkpoint was lost: ``results`` name "
+            "the devices the spec gives the claim (empty: the spec could not be attributed), "
+            "``prepared`` is empty (the plugins' state for it is unknown)"
+        ),
+    )
+
+
+def _canonical(rec: ClaimRecord) -> str:
+    """The canonical JSON of one record (``recovered`` only when set, as older files lack it)."""
+    body = rec.model_dump(mode="json")
+    if not rec.recovered:
+        del body["recovered"]
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _body(driver: str, boot_id: str, claims: Mapping[str, str]) -> str:
+    """Canonical JSON of driver, boot ID and (already canonical) claims: what is checksummed."""
+    items = ",".join(f"{json.dumps(uid)}:{claims[uid]}" for uid in sorted(claims))
+    return f'{{"bootID":{json.dumps(boot_id)},"claims":{{{items}}},"driver":{json.dumps(driver)}}}'
 
 
 class Checkpoint(BaseModel):
@@ -88,13 +125,8 @@ class Checkpoint(BaseModel):
 
     def compute_checksum(self) -> str:
         """SHA-256 over the canonical JSON of the driver, boot ID and claims."""
-        body = {
-            "driver": self.driver,
-            "bootID": self.boot_id,
-            "claims": {k: v.model_dump(mode="json") for k, v in sorted(self.claims.items())},
-        }
-        canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canon.encode()).hexdigest()
+        canon = {uid: _canonical(rec) for uid, rec in self.claims.items()}
+        return hashlib.sha256(_body(self.driver, self.boot_id, canon).encode()).hexdigest()
 
 
 def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:
@@ -103,6 +135,11 @@ def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:
         return path.read_text(encoding="ascii").strip()
     except OSError:
         return ""
+
+
+Recover = Callable[[Checkpoint], dict[str, ClaimRecord]]
+"""Given the checkpoint as read (possibly empty), records for claims the node still holds but the
+checkpoint does not know (the prepare pipeline reads them from its CDI specs)."""
 
 
 class CheckpointStore:
@@ -115,8 +152,11 @@ class CheckpointStore:
         driver: the driver it belongs to (a mismatch is treated as corruption).
         boot_id: the current boot ID.
         on_repair: called as ``on_repair(reason, message, count)`` when the store repaired
-            something: ``"corrupt"`` (a file moved aside; count 1) or ``"reboot"`` (``count``
-            completed claims demoted for re-preparation).
+            something: ``"corrupt"`` (a damaged file moved aside; count 1), ``"reboot"``
+            (``count`` completed claims demoted for re-preparation) or ``"recovered"``
+            (``count`` records rebuilt by ``recover``).
+        recover: rebuilds records the file lacks from other evidence; called whenever the file
+            is read from disk (start-up, a file changed by someone else, a damaged file).
     """
 
     def __init__(
@@ -125,82 +165,200 @@ class CheckpointStore:
         driver: str,
         boot_id: str,
         on_repair: Callable[[str, str, int], None] | None = None,
+        recover: Recover | None = None,
     ) -> None:
         self.path = path
         self.driver = driver
         self.boot_id = boot_id
         self.on_repair = on_repair
+        self.recover = recover
+        self._cp: Checkpoint | None = None
+        self._ident: tuple[int, int, int, int] | None = None
+        self._canon: dict[str, tuple[ClaimRecord, str]] = {}
+        self._dfd: int | None = None
+        self.reads = 0
+        """How many times the file was read (start-up, outside changes, repairs)."""
+        self.writes = 0
+        """How many times the file was written."""
+
+    def _on_disk(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise fs_error("inspect the checkpoint", self.path, e) from e
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def invalidate(self) -> None:
+        """Forget what is in memory: the next :meth:`load` reads the file."""
+        self._cp = None
+        self._ident = None
 
     def load(self) -> Checkpoint:
-        """The current checkpoint; empty if missing; repaired if corrupt or from another boot."""
+        """The current checkpoint; empty if missing; repaired if damaged or from another boot.
+
+        The object is the store's own: change its ``claims`` and :meth:`save` it.
+
+        Raises:
+            RetryableError: the file cannot be read for a file-system reason (permission, I/O).
+        """
+        if self._cp is not None and self._ident is not None and self._on_disk() == self._ident:
+            return self._cp
+        self.invalidate()
+        cp = self._read()
+        self._cp = cp
+        return cp
+
+    def _read(self) -> Checkpoint:
+        self.reads += 1
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return Checkpoint(driver=self.driver, boot_id=self.boot_id)
+            raw = read_regular(self.path, MAX_CHECKPOINT_BYTES)
+        except NotRegular as e:
+            return self._move_aside(f"it is {e}")
+        if raw is None:
+            return self._recovered(Checkpoint(driver=self.driver, boot_id=self.boot_id), "")
         try:
             data: Any = json.loads(raw)
             cp = Checkpoint.model_validate(data)
             if cp.driver != self.driver:
                 raise ValueError(f"checkpoint is for driver {cp.driver!r}, not {self.driver!r}")
-            if cp.checksum != cp.compute_checksum():
+            canon = {uid: _canonical(rec) for uid, rec in cp.claims.items()}
+            digest = hashlib.sha256(_body(cp.driver, cp.boot_id, canon).encode()).hexdigest()
+            if cp.checksum != digest:
                 raise ValueError("checksum mismatch")
+        except RecursionError:
+            return self._move_aside("its JSON is nested too deeply")
         except (ValueError, ValidationError) as e:
             return self._move_aside(str(e).splitlines()[0])
-        if cp.boot_id != self.boot_id:
-            demoted = 0
-            for rec in cp.claims.values():
-                if rec.phase == ClaimPhase.PREPARE_COMPLETED:
-                    rec.phase = ClaimPhase.PREPARE_STARTED
-                    demoted += 1
+        self._canon = {uid: (rec, canon[uid]) for uid, rec in cp.claims.items()}
+        if cp.boot_id == self.boot_id:
+            self._ident = self._on_disk()
+            return self._recovered(cp, "", save=False)
+        demoted = 0
+        for uid, rec in list(cp.claims.items()):
+            if rec.phase == ClaimPhase.PREPARE_COMPLETED:
+                cp.claims[uid] = rec.model_copy(update={"phase": ClaimPhase.PREPARE_STARTED})
+                demoted += 1
+        msg = (
+            f"node rebooted since the checkpoint was written (boot {cp.boot_id or '?'} -> "
+            f"{self.boot_id or '?'}): {demoted} prepared claims will be re-prepared on "
+            "their next call"
+        )
+        log.info("%s", msg)
+        if self.on_repair is not None and demoted:
+            self.on_repair("reboot", msg, demoted)
+        cp.boot_id = self.boot_id
+        return self._recovered(cp, "")
+
+    def _recovered(self, cp: Checkpoint, why: str, *, save: bool = True) -> Checkpoint:
+        """Add what ``recover`` finds; save if anything changed (or ``save``)."""
+        found = self.recover(cp) if self.recover is not None else {}
+        for uid, rec in found.items():
+            cp.claims.setdefault(uid, rec)
+        if found:
             msg = (
-                f"node rebooted since the checkpoint was written (boot {cp.boot_id or '?'} -> "
-                f"{self.boot_id or '?'}): {demoted} prepared claims will be re-prepared on "
-                "their next call"
+                f"checkpoint {self.path} of driver {self.driver} did not know {len(found)} "
+                f"claims that still have CDI specs{why}: {', '.join(sorted(found)[:10])}; "
+                "their devices are treated as held until the kubelet unprepares them"
             )
-            log.info("%s", msg)
-            if self.on_repair is not None and demoted:
-                self.on_repair("reboot", msg, demoted)
-            cp.boot_id = self.boot_id
+            log.warning("%s", msg)
+            if self.on_repair is not None:
+                self.on_repair("recovered", msg, len(found))
+        if found or (save and (cp.claims or self.path.exists() or why)):
             self.save(cp)
         return cp
 
     def _move_aside(self, reason: str) -> Checkpoint:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{os.getpid()}")
+        aside = self.path.with_name(
+            f"{self.path.name}.corrupt-{stamp}-{os.getpid()}-{secrets.token_hex(4)}"
+        )
         try:
             os.replace(self.path, aside)
-        except OSError:
-            log.exception("could not move the corrupt checkpoint %s aside", self.path)
+        except OSError as e:
+            log.exception("could not move the damaged checkpoint %s aside", self.path)
+            raise fs_error("move the damaged checkpoint aside:", self.path, e) from e
         msg = (
             f"checkpoint {self.path} of driver {self.driver} was unreadable ({reason}); moved to "
-            f"{aside.name} and started empty. Claims prepared before are unprepared on request; "
-            "their CDI specs are removed by name"
+            f"{aside.name}. Claims that still have CDI specs are rebuilt from them and their "
+            "devices stay held until unprepared"
         )
         log.error("%s", msg)
         if self.on_repair is not None:
             self.on_repair("corrupt", msg, 1)
         empty = Checkpoint(driver=self.driver, boot_id=self.boot_id)
-        self.save(empty)
-        return empty
+        self._canon = {}
+        return self._recovered(empty, " (the checkpoint was damaged)")
 
     def save(self, cp: Checkpoint) -> None:
-        """Write ``cp`` atomically: temp file, fsync, rename, fsync of the directory."""
+        """Write ``cp`` atomically: temp file, fsync, rename, fsync of the directory.
+
+        Only records that changed since the last save or load are serialised again.
+
+        Raises:
+            RetryableError: the file system refused (read-only, no space); what is in memory
+                is forgotten, so the next call reads the file again.
+        """
         cp.boot_id = self.boot_id
-        cp.checksum = cp.compute_checksum()
-        text = cp.model_dump_json(by_alias=True, indent=1)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=self.path.parent)
+        cache = self._canon
+        canon: dict[str, str] = {}
+        fresh: dict[str, tuple[ClaimRecord, str]] = {}
+        for uid, rec in cp.claims.items():
+            hit = cache.get(uid)
+            text = hit[1] if hit is not None and hit[0] is rec else _canonical(rec)
+            canon[uid] = text
+            fresh[uid] = (rec, text)
+        body = _body(cp.driver, cp.boot_id, canon)
+        cp.checksum = hashlib.sha256(body.encode()).hexdigest()
+        items = ",\n".join(f" {json.dumps(uid)}:{canon[uid]}" for uid in sorted(canon))
+        text = (
+            f'{{"apiVersion":{json.dumps(cp.api_version)},"kind":{json.dumps(cp.kind)},'
+            f'"driver":{json.dumps(cp.driver)},"bootID":{json.dumps(cp.boot_id)},'
+            f'"checksum":"{cp.checksum}","claims":{{\n{items}\n}}}}\n'
+        )
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
+            ident = self._write(text.encode())
+        except OSError as e:
+            self.invalidate()
+            raise fs_error("write the checkpoint", self.path, e) from e
+        self.writes += 1
+        self._canon = fresh
+        self._cp = cp
+        self._ident = ident
+
+    def _write(self, data: bytes) -> tuple[int, int, int, int]:
+        # A fixed temp name: every writer of this file holds the driver's lock (the flock
+        # serialises the two instances of a rolling update too); a stale one is truncated.
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(tmp, flags, 0o600)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            tmp.unlink()  # a link planted at the temp name is never followed
+            fd = os.open(tmp, flags | os.O_EXCL, 0o600)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, self.path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        if self._dfd is None:
+            self._dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        os.fsync(self._dfd)
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def close(self) -> None:
+        """Release the directory handle kept for fsync."""
+        if self._dfd is not None:
+            os.close(self._dfd)
+            self._dfd = None

@@ -185,7 +185,10 @@ def drakit_prepare_devices(
     Call mode: routed to the owning plugin. Idempotent: core may call it again for the same
     claim after a crash or a kubelet retry; return the same result and repeat no side effect.
     Threading: calls for one driver are serialised (per process and, by a file lock, across
-    the two instances of a rolling update); different drivers run concurrently.
+    the two instances of a rolling update); different drivers run concurrently. The driver's
+    lock is taken after the claim GETs of the kubelet call (those of concurrent calls overlap)
+    and held from reading the checkpoint to writing it, so ``held`` cannot change under the
+    hook. The same holds for ``drakit_unprepare_devices``.
     """
 
 

@@ -120,8 +120,15 @@ class KubeClient:
     """
 
     def __init__(self, api_client: object, *, request_timeout: float = 30.0) -> None:
-        self._api: Any = api_client
+        api: Any = api_client
+        self._api: Any = api
         self._timeout = request_timeout
+        # The client's ``host`` property scans the environment for proxy settings on every read.
+        self._base_url = str(api.configuration.host)
+        self._read_timeout = urllib3.Timeout(connect=_CONNECT_TIMEOUT, read=request_timeout)
+        self._headers: tuple[float, dict[str, str]] | None = None
+        self._pool: Any = None
+        self._base_path = (urllib3.util.parse_url(self._base_url).path or "").rstrip("/")
 
     @classmethod
     def from_kubeconfig(
@@ -171,7 +178,7 @@ class KubeClient:
     @property
     def host(self) -> str:
         """The API server URL."""
-        return str(self._api.configuration.host)
+        return self._base_url
 
     def close(self) -> None:
         """Release pooled connections."""
@@ -447,11 +454,65 @@ class KubeClient:
         Raises:
             NotFoundError: There is no such claim.
         """
-        return self.request(
-            "GET",
+        path = (
             f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
-            f"/resourceclaims/{quote(name, safe='')}",
+            f"/resourceclaims/{quote(name, safe='')}"
         )
+        return self._lean_get(path, what=f"GET {path}")
+
+    def _lean_headers(self) -> dict[str, str]:
+        """The headers the client would send, credentials refreshed at most once a second.
+
+        Refreshing runs the kubeconfig's token hook, which re-sets the configuration's host
+        (and so re-reads the proxy environment): too dear for every claim GET.
+        """
+        now = time.monotonic()
+        cached = self._headers
+        if cached is not None and now < cached[0]:
+            return cached[1]
+        api = self._api
+        headers: dict[str, str] = {"Accept": "application/json", **api.default_headers}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        for auth in api.configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        self._headers = (now + 1.0, headers)
+        return headers
+
+    def _lean_get(self, path: str, *, what: str) -> dict[str, Any]:
+        """A GET on the hot path (every prepare), without the client's per-call request building.
+
+        Same connection pool, TLS and credentials as :meth:`request`: the headers, auth and URL
+        are all the client would send (the token is refreshed at most once a second).
+        """
+        headers = self._lean_headers()
+        try:
+            if self._pool is None:  # the pool the client itself uses for this server
+                self._pool = self._api.rest_client.pool_manager.connection_from_url(self._base_url)
+            resp = self._pool.urlopen(
+                "GET",
+                self._base_path + path,
+                headers=headers,
+                timeout=self._read_timeout,
+                retries=False,
+                redirect=False,
+                preload_content=True,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise RetryableError(
+                f"{what}: cannot reach the API server at {self.host}: {_short(exc)}"
+            ) from exc
+        status, data = int(resp.status), bytes(resp.data)
+        if not 200 <= status < 300:  # noqa: PLR2004 - HTTP status codes
+            raise _error_for(status, data, what)
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise RetryableError(f"{what}: the API server sent invalid JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise RetryableError(f"{what}: the API server sent {type(doc).__name__}, not an object")
+        return doc
 
     # -------------------------------------------------------------------- events
 

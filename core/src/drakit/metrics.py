@@ -64,7 +64,8 @@ class Metrics:
         )
         self.checkpoint_repairs = Counter(
             "drakit_checkpoint_repairs_total",
-            "Corrupt checkpoints moved aside and claims re-prepared after a reboot",
+            "Damaged checkpoints moved aside, claims rebuilt from their CDI specs, and claims "
+            "re-prepared after a reboot",
             ["driver"],
             registry=r,
         )

@@ -3,6 +3,10 @@
 Start-up: load plugins (simulated hardware if a profile is set), discover, then per DRA driver
 open the checkpoint, start the prepare pipeline and the kubelet sockets; publish
 ResourceSlices (when a cluster is configured), poll device health, serve metrics and probes.
+An unreachable API server does not stop the start: the kubelet is served (unprepare works from
+the checkpoint, prepare answers "cannot read the claim, will retry"), the publisher retries with
+backoff and publishes as soon as the server is back, and ``/readyz`` answers 503 with the
+publisher's last error (which names the unreachable server) until then.
 
 SIGTERM: stop accepting kubelet calls, let those in flight finish, remove the sockets, and
 leave the ResourceSlices for the successor (a rolling update adopts them).
@@ -16,16 +20,14 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
-from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from drakit.checkpoint import read_boot_id
 from drakit.config import DrakitSettings
-from drakit.errors import DrakitError, PermanentError
+from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.inventory import Inventory, build_inventory
 from drakit.kube import KubeClient
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer
@@ -134,11 +136,21 @@ class Node:
                     instance_id=self.instance_id,
                     health_source=self.health[driver],
                     health_interval=s.health.resend,
+                    serialize=False,  # DriverState serialises per driver, after the claim GETs
                 )
                 server.start()
                 self.servers[driver] = server
         if self.kube is not None:
-            node = self.kube.get_node(node_name)
+            try:
+                node = self.kube.get_node(node_name)
+            except RetryableError as e:  # an API outage must not stop the kubelet service
+                log.warning(
+                    "API server unreachable at start-up (%s): serving the kubelet anyway "
+                    "(unprepare works from the checkpoint, prepare answers retry); ResourceSlices "
+                    "are published when it is back",
+                    e,
+                )
+                node = None
             self.publisher = ResourceSlicePublisher(
                 self.kube,
                 node_name,
@@ -228,7 +240,8 @@ class Node:
         if self.serve_kubelet and not all(s.running for s in self.servers.values()):
             return False, "kubelet sockets not serving"
         if self.publisher is not None and not self.publisher.synced:
-            return False, f"ResourceSlices not published: {self.publisher.last_error or 'pending'}"
+            why = self.publisher.last_error or "pending"
+            return False, f"ResourceSlices not published: {why}"
         return True, "ok"
 
     # -- inventory -----------------------------------------------------------------------------
@@ -323,26 +336,13 @@ class Node:
 
     def _repaired(self, driver: str, reason: str, message: str, count: int) -> None:
         self.metrics.checkpoint_repairs.labels(driver=driver).inc(count)
-        if reason != "corrupt" or self.kube is None or self.host is None:
+        if reason == "reboot" or self.kube is None or self.host is None:
             return
         try:
             self.kube.create_event(
                 {"kind": "Node", "apiVersion": "v1", "name": self.host.node.name},
-                "CheckpointCorrupt",
+                "CheckpointCorrupt" if reason == "corrupt" else "CheckpointRecovered",
                 message,
             )
         except DrakitError:
             log.warning("could not record an Event for the corrupt checkpoint", exc_info=True)
-
-
-def node_overrides(**flags: Any) -> dict[str, Any]:
-    """Command-line flags that override the file (``None`` = not given)."""
-    return {k: v for k, v in flags.items() if v is not None}
-
-
-def sockets_of(node: Node) -> Sequence[Path]:
-    """Every socket the node serves (for the demo and tests)."""
-    out: list[Path] = []
-    for s in node.servers.values():
-        out += [s.registration_socket, s.dra_socket]
-    return out

@@ -153,13 +153,6 @@ class Discovered:
     counter_sets: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
     """Counter sets per (driver, pool)."""
 
-    def by_driver(self) -> dict[str, list[Device]]:
-        """Devices grouped by driver name, in discovery order."""
-        out: dict[str, list[Device]] = {}
-        for key, dev in self.devices.items():
-            out.setdefault(key.driver, []).append(dev)
-        return out
-
 
 class PluginHost:
     """Loads the configured backends and strategies and calls their hooks through a typed facade.
@@ -188,6 +181,7 @@ class PluginHost:
         self.strategies: dict[str, object] = {}
         self._owners: dict[DeviceKey, str] = {}
         self._devices: dict[DeviceKey, Device] = {}
+        self._subset: dict[tuple[str, str], Callable[..., Any]] = {}
         self.on_plugin_error: Callable[[str, str], None] | None = None
         """Called as ``(plugin, hook)`` when a hook raises (the node counts these in metrics)."""
         self._load_backends()
@@ -202,6 +196,7 @@ class PluginHost:
     # -- loading -------------------------------------------------------------------------------
 
     def _register(self, name: str, obj: object) -> None:
+        self._subset.clear()
         try:
             self.pm.register(obj, name=name)
         except (pluggy.PluginValidationError, ValueError) as e:
@@ -282,6 +277,10 @@ class PluginHost:
         """A device as published in the last discovery round, if any."""
         return self._devices.get(key)
 
+    def devices_of(self, driver: str) -> list[DeviceKey]:
+        """The devices published for ``driver`` in the last discovery round."""
+        return [k for k in list(self._devices) if k.driver == driver]
+
     def hook_implementations(self, name: str) -> list[str]:
         """The hooks a registered plugin implements."""
         plugin = self.pm.get_plugin(name)
@@ -290,8 +289,11 @@ class PluginHost:
 
     def _only(self, plugin: str, hook: str) -> Callable[..., Any]:
         """A caller of ``hook`` on ``plugin`` alone that names the plugin in any failure."""
-        others = [p for n, p in self.pm.list_name_plugin() if n != plugin]
-        caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
+        caller = self._subset.get((plugin, hook))
+        if caller is None:  # built once per (plugin, hook): prepare calls this per claim
+            others = [p for n, p in self.pm.list_name_plugin() if n != plugin]
+            caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
+            self._subset[(plugin, hook)] = caller
 
         def call(**kwargs: Any) -> Any:
             try:

@@ -2,22 +2,31 @@
 
 For each claim in a kubelet call (``docs/architecture.md``, "Prepare pipeline"):
 
-1. GET the ResourceClaim (outside the lock, so slow API calls overlap) and check its UID and
-   allocation;
+1. GET the ResourceClaim (outside the lock, so slow API calls of concurrent kubelet calls overlap;
+   on the calling thread when the call has one claim) and check its UID and allocation;
 2. take this driver's allocation results; check every device is one this node published;
 3. resolve opaque configuration (class entries first, then claim entries, in allocation order;
    later wins) and validate each object through the owning plugin (the webhook uses the same
    hook);
-4. record ``PrepareStarted`` in the checkpoint;
+4. record ``PrepareStarted`` in the checkpoint (one durable write for every claim of the call);
 5. route each device to the plugin that discovered it (``drakit_prepare_devices``);
 6. write one CDI spec for the claim, atomically;
-7. record ``PrepareCompleted`` with what was returned, and return the CDI IDs per device.
+7. record ``PrepareCompleted`` with what was returned (one durable write for the call), and
+   return the CDI IDs per device.
 
-Every failure is the failing claim's own error string; the other claims of the call proceed.
-Prepare and unprepare are idempotent, and a crash between any two steps is repaired by the next
-call (the checkpoint says how far the claim got). Calls are serialised per driver by a thread
+Every failure is the failing claim's own error string, naming the claim and the field; the other
+claims of the call proceed, whatever the input (a malformed UID, deeply nested configuration, a
+file-system error: those are reported as what they are and are retryable). Prepare and unprepare
+are idempotent, and a crash between any two steps is repaired by the next call (the checkpoint
+says how far the claim got). Calls are serialised per driver, after the claim GETs, by a thread
 lock and an ``flock`` on ``<state dir>/<driver>/serialize.lock``, so two instances on one node
 (a rolling update) never prepare at once.
+
+The checkpoint is read once and kept in memory (read again only when another instance wrote it).
+When it was lost or damaged, the claims that still have CDI specs are rebuilt from them: their
+devices are held (an exclusive device is never prepared for another claim; a shared one whose
+share is unknown is refused with a retryable error until the recovered claim is unprepared; a
+spec whose devices cannot be attributed refuses every prepare of the driver, retryably).
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,13 +62,71 @@ from drakit.models import (
     PreparedDeviceRef,
 )
 from drakit.pluginhost import PluginHost
+from drakit.safefs import check_component, ensure_dir, open_private
 
-__all__ = ["MAX_OPAQUE_BYTES", "ClaimSource", "DriverState", "PipelineObserver"]
+__all__ = [
+    "MAX_CONFIG_DEPTH",
+    "MAX_OPAQUE_BYTES",
+    "ClaimSource",
+    "DriverState",
+    "PipelineObserver",
+    "claim_ref_error",
+]
 
 log = logging.getLogger(__name__)
 
 MAX_OPAQUE_BYTES = 10 * 1024
 """The API server's limit on one opaque parameters object; larger ones are refused here too."""
+
+MAX_CONFIG_DEPTH = 32
+"""How deeply an opaque parameters object may nest (objects and lists); deeper ones are refused."""
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_MAX_UID = 128
+_MAX_SHOWN = 80
+
+
+def _show(value: str) -> str:
+    """A value from input, cut for error messages (a 10 KB name is not echoed back)."""
+    return value if len(value) <= _MAX_SHOWN else value[: _MAX_SHOWN - 3] + "..."
+
+
+def claim_ref_error(ref: ClaimRef) -> str:
+    """Why the kubelet's claim reference is unusable ("" if it is fine), naming the field."""
+    who = f"claim {_show(ref.namespace)}/{_show(ref.name)}"
+    if not _DNS_LABEL.fullmatch(ref.namespace):
+        return (
+            f"{who}: namespace {_show(ref.namespace)!r} is not a Kubernetes namespace name "
+            "(a lower-case DNS label of at most 63 characters)"
+        )
+    if len(ref.name) > 253 or not _DNS_SUBDOMAIN.fullmatch(ref.name):  # noqa: PLR2004
+        return (
+            f"{who}: name {_show(ref.name)!r} is not a ResourceClaim name "
+            "(a lower-case DNS subdomain of at most 253 characters)"
+        )
+    try:
+        check_component(ref.uid, "uid", max_bytes=_MAX_UID)
+    except PermanentError as e:
+        return f"{who}: {e}"
+    return ""
+
+
+def _too_deep(obj: object, limit: int) -> bool:
+    """Whether ``obj`` nests objects/lists deeper than ``limit`` (iteratively: no recursion)."""
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    while stack:
+        o, depth = stack.pop()
+        if isinstance(o, dict):
+            children: list[object] = list(o.values())
+        elif isinstance(o, list):
+            children = list(o)
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
 
 
 class ClaimSource(Protocol):
@@ -94,12 +163,16 @@ class DriverState:
         driver: the DRA driver name.
         host: the plugin host (device ownership, config validation, prepare hooks).
         claims: where ResourceClaims are read.
-        state_dir: drakit's state directory; this driver uses ``<state_dir>/<driver>/``.
+        state_dir: drakit's state directory; this driver uses ``<state_dir>/<driver>/`` (0700).
         cdi_dir: the CDI spec directory.
         boot_id: the node's current boot ID.
         on_repair: called when the checkpoint was repaired (see :class:`CheckpointStore`).
         observer: receives per-claim timings.
-        get_workers: how many claim GETs run in parallel.
+        get_workers: how many claim GETs run in parallel (calls with several claims).
+
+    Raises:
+        PermanentError: the driver name is not a DNS subdomain, or the state directory is a
+            link or not a directory.
     """
 
     def __init__(
@@ -115,52 +188,122 @@ class DriverState:
         observer: PipelineObserver | None = None,
         get_workers: int = 8,
     ) -> None:
+        if len(driver) > 253 or not _DNS_SUBDOMAIN.fullmatch(driver):  # noqa: PLR2004
+            raise PermanentError(
+                f"driver name {_show(driver)!r} is not a lower-case DNS subdomain; it names "
+                "directories and sockets, so it must be one"
+            )
         self.driver = driver
         self.host = host
         self.claims = claims
-        self.dir = state_dir / driver
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.store = CheckpointStore(self.dir / "checkpoint.json", driver, boot_id, on_repair)
+        ensure_dir(state_dir)
+        self.dir = ensure_dir(state_dir / driver)
         self.cdi = CdiWriter(cdi_dir, driver)
+        self.store = CheckpointStore(
+            self.dir / "checkpoint.json", driver, boot_id, on_repair, recover=self._recover
+        )
         self.observer = observer
         self._lock = threading.Lock()
         self._lock_path = self.dir / "serialize.lock"
-        self._pool = ThreadPoolExecutor(max_workers=get_workers, thread_name_prefix="claim-get")
+        self._get_workers = get_workers
+        self._pool: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
-        """Stop the GET worker pool."""
-        self._pool.shutdown(wait=True)
+        """Stop the GET worker pool and release the checkpoint's directory handle."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        with self._lock:
+            self.store.close()
 
     @contextmanager
     def _serialized(self) -> Iterator[None]:
         with self._lock:
-            fd = self._lock_path.open("a+")
+            fd = open_private(self._lock_path)
             try:
-                fcntl.flock(fd.fileno(), fcntl.LOCK_EX)
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
-                fd.close()
+                os.close(fd)
 
     def prepared_claims(self) -> dict[str, ClaimRecord]:
         """The checkpoint's claims (for tests, metrics and the CLI)."""
         with self._serialized():
             return dict(self.store.load().claims)
 
+    # -- recovery ------------------------------------------------------------------------------
+
+    def _recover(self, cp: Checkpoint) -> dict[str, ClaimRecord]:
+        """Records for claims that have a CDI spec of this driver but no checkpoint record."""
+        out: dict[str, ClaimRecord] = {}
+        missing = sorted(self.cdi.claim_uids() - set(cp.claims))
+        if not missing:
+            return out
+        names: dict[str, list[DeviceKey]] = {}
+        for key in self.host.devices_of(self.driver):
+            names.setdefault(self.cdi.device_name("", key.device).lstrip("-_"), []).append(key)
+        for uid in missing:
+            results: list[PreparedDeviceRef] = []
+            listed = self.cdi.read_devices(uid)
+            prefix = self.cdi.device_name(uid, "")
+            for cdi_name in listed or []:
+                rest = cdi_name[len(prefix) :] if cdi_name.startswith(prefix) else ""
+                match = max(
+                    (n for n in names if rest == n or rest.startswith(n + "-")),
+                    key=len,
+                    default=None,
+                )
+                if match is None:
+                    results = []
+                    break
+                results.extend(
+                    PreparedDeviceRef(
+                        requests=[],
+                        pool=k.pool,
+                        device=k.device,
+                        cdi_device_ids=[f"{self.cdi.kind}={cdi_name}"],
+                    )
+                    for k in names[match]
+                )
+            out[uid] = ClaimRecord(
+                namespace="",
+                name="",
+                uid=uid,
+                phase=ClaimPhase.PREPARE_COMPLETED,
+                results=results,
+                cdi_spec=self.cdi.spec_name(uid),
+                recovered=True,
+            )
+        return out
+
     # -- prepare -------------------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimPrepareResult]:
         """Prepare every claim; one entry per claim UID, errors per claim."""
-        started = {c.uid: time.monotonic() for c in claims}
-        fetched = list(self._pool.map(self._fetch, claims))
+        start = time.monotonic()
         out: dict[str, ClaimPrepareResult] = {}
+        valid: list[ClaimRef] = []
+        for ref in claims:
+            err = claim_ref_error(ref)
+            if err:
+                out[ref.uid] = ClaimPrepareResult(error=err)
+                self._observe("prepare", err, start)
+            else:
+                valid.append(ref)
+        if len(valid) == 1:  # the common case: no hand-off to another thread
+            fetched = [self._fetch(valid[0])]
+        elif valid:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self._get_workers, thread_name_prefix="claim-get"
+                )
+            fetched = list(self._pool.map(self._fetch, valid))
+        else:
+            return out
         with self._serialized():
-            cp = self.store.load()
-            for ref, plan in zip(claims, fetched, strict=True):
-                if isinstance(plan, ClaimError):
-                    out[ref.uid] = ClaimPrepareResult(error=str(plan))
-                else:
-                    out[ref.uid] = self._prepare_one(cp, plan)
-                self._observe("prepare", out[ref.uid].error, started[ref.uid])
+            done = self._prepare_locked(list(zip(valid, fetched, strict=True)))
+        for ref in valid:
+            out[ref.uid] = done[ref.uid]
+            self._observe("prepare", done[ref.uid].error, start)
         return out
 
     def _observe(self, op: str, error: str, start: float) -> None:
@@ -169,30 +312,38 @@ class DriverState:
                 self.driver, op, "error" if error else "success", time.monotonic() - start
             )
 
+    @staticmethod
+    def _where(ref: ClaimRef) -> str:
+        return f"claim {ref.namespace}/{ref.name}"
+
     def _fetch(self, ref: ClaimRef) -> _Planned | ClaimError:
-        where = f"claim {ref.namespace}/{ref.name}"
+        where = self._where(ref)
         try:
             obj = self.claims.get_resource_claim(ref.namespace, ref.name)
+            crash_point("prepare-after-get")
+            return self._plan(ref, obj)
+        except ClaimError as e:
+            return e
         except RetryableError as e:
             return ClaimError(f"{where}: cannot read the claim, will retry: {e}")
         except DrakitError as e:
             return ClaimError(f"{where}: {e}")
-        crash_point("prepare-after-get")
-        try:
-            return self._plan(ref, obj)
-        except ClaimError as e:
-            return e
-        except DrakitError as e:
-            return ClaimError(f"{where}: {e}")
-        except (KeyError, TypeError, ValueError, AttributeError) as e:  # malformed claim JSON
-            return ClaimError(f"{where}: malformed claim: {e!r}")
+        except RecursionError:
+            return ClaimError(
+                f"{where}: the claim's JSON is nested too deeply (usually an opaque "
+                "configuration in status.allocation.devices.config[].opaque.parameters); "
+                f"at most {MAX_CONFIG_DEPTH} levels are accepted there"
+            )
+        except Exception as e:  # noqa: BLE001 - a malformed claim fails alone, whatever broke
+            return ClaimError(f"{where}: malformed claim: {_show(repr(e))}")
 
     def _plan(self, ref: ClaimRef, obj: dict[str, Any]) -> _Planned:
-        where = f"claim {ref.namespace}/{ref.name}"
+        where = self._where(ref)
         uid = (obj.get("metadata") or {}).get("uid")
         if uid != ref.uid:
             raise ClaimError(
-                f"{where}: UID is {uid}, the kubelet asked for {ref.uid} (the claim was replaced)"
+                f"{where}: UID is {_show(str(uid))}, the kubelet asked for {ref.uid} (the claim "
+                "was replaced)"
             )
         alloc = ((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}
         if not (obj.get("status") or {}).get("allocation"):
@@ -209,18 +360,28 @@ class DriverState:
             owner = self.host.owner_of(key)
             if owner is None:
                 raise ClaimError(
-                    f"{where}: request {request!r}: status.allocation.devices.results[{i}] names "
-                    f"device {key.device!r} in pool {key.pool!r}, which this node does not "
-                    f"publish for driver {self.driver}; the allocation is stale or for another node"
+                    f"{where}: request {_show(request)!r}: status.allocation.devices.results[{i}] "
+                    f"names device {_show(key.device)!r} in pool {_show(key.pool)!r}, which this "
+                    f"node does not publish for driver {self.driver}; the allocation is stale or "
+                    "for another node"
                 )
             base = request.split("/", 1)[0]
+            field = f"status.allocation.devices.results[{i}]"
+            share = r.get("shareID")
+            if share is not None and (
+                not isinstance(share, str) or not _DNS_SUBDOMAIN.fullmatch(share)
+            ):
+                raise ClaimError(f"{where}: {field}.shareID {_show(str(share))!r} is not a UID")
+            capacity = r.get("consumedCapacity") or {}
+            if not isinstance(capacity, dict):
+                raise ClaimError(f"{where}: {field}.consumedCapacity must be an object")
             dev = AllocatedDevice(
                 request=request,
                 driver=self.driver,
                 pool=key.pool,
                 device=key.device,
-                consumed_capacity={k: str(v) for k, v in (r.get("consumedCapacity") or {}).items()},
-                share_id=r.get("shareID"),
+                consumed_capacity={str(k): str(v) for k, v in capacity.items()},
+                share_id=share,
                 admin_access=bool(r.get("adminAccess")),
                 config=tuple(
                     m for reqs, m in configs if not reqs or base in reqs or request in reqs
@@ -234,6 +395,8 @@ class DriverState:
         self, where: str, entries: list[dict[str, Any]]
     ) -> list[tuple[set[str], BaseModel]]:
         """Validated opaque configs of this driver, class entries first, then claim entries."""
+        if not isinstance(entries, list):
+            raise ClaimError(f"{where}: status.allocation.devices.config must be a list")
         ordered = sorted(
             enumerate(entries),
             key=lambda ie: (0 if ie[1].get("source") == "FromClass" else 1, ie[0]),
@@ -245,11 +408,16 @@ class DriverState:
                 continue
             field = f"status.allocation.devices.config[{i}].opaque.parameters"
             source = "class" if entry.get("source") == "FromClass" else "claim"
-            reqs = list(entry.get("requests") or [])
-            scope = f"requests {reqs}" if reqs else "all requests"
+            reqs = [str(r) for r in entry.get("requests") or []]
+            scope = f"requests {_show(str(reqs))}" if reqs else "all requests"
             params = opaque.get("parameters")
             if not isinstance(params, dict):
                 raise ClaimError(f"{where}: {field} ({source}, {scope}): must be a JSON object")
+            if _too_deep(params, MAX_CONFIG_DEPTH):
+                raise ClaimError(
+                    f"{where}: {field} ({source}, {scope}): nested deeper than "
+                    f"{MAX_CONFIG_DEPTH} levels; flatten the configuration"
+                )
             size = len(json.dumps(params, separators=(",", ":"), ensure_ascii=False).encode())
             if size > MAX_OPAQUE_BYTES:
                 raise ClaimError(
@@ -264,41 +432,111 @@ class DriverState:
             out.append((set(reqs), model))
         return out
 
-    def _held(self, cp: Checkpoint, plugin: str, except_uid: str) -> list[PreparedDevice]:
+    @staticmethod
+    def _held(cp: Checkpoint, plugin: str, except_uid: str) -> list[PreparedDevice]:
         out: list[PreparedDevice] = []
         for uid, rec in cp.claims.items():
             if uid != except_uid:
                 out.extend(rec.prepared.get(plugin, []))
         return out
 
-    def _prepare_one(self, cp: Checkpoint, plan: _Planned) -> ClaimPrepareResult:
-        ref = plan.ref
-        rec = cp.claims.get(ref.uid)
-        if (
-            rec is not None
-            and rec.phase == ClaimPhase.PREPARE_COMPLETED
-            and self.cdi.exists(ref.uid)
-        ):
-            return ClaimPrepareResult(devices=rec.results)  # idempotent repeat: no side effects
-        if rec is not None and rec.phase == ClaimPhase.UNPREPARE_STARTED:
-            err = self._unprepare_one(cp, ref)  # finish the interrupted unprepare first
-            if err:
-                return ClaimPrepareResult(error=err)
-        rec = ClaimRecord(
-            namespace=ref.namespace,
-            name=ref.name,
-            uid=ref.uid,
-            phase=ClaimPhase.PREPARE_STARTED,
-            prepared=rec.prepared if rec is not None else {},
-        )
-        cp.claims[ref.uid] = rec
-        self.store.save(cp)
-        where = f"claim {ref.namespace}/{ref.name}"
-        clash = self._exclusive_clash(cp, plan)
-        if clash:
-            del cp.claims[ref.uid]
+    def _prepare_locked(
+        self, fetched: Sequence[tuple[ClaimRef, _Planned | ClaimError]]
+    ) -> dict[str, ClaimPrepareResult]:
+        """Steps 4-7 for every claim of one call, under the driver's lock."""
+        out: dict[str, ClaimPrepareResult] = {}
+        plans = [p for _, p in fetched if isinstance(p, _Planned)]
+        for ref, p in fetched:
+            if isinstance(p, ClaimError):
+                out[ref.uid] = ClaimPrepareResult(error=str(p))
+        try:
+            cp = self.store.load()
+            todo = self._admit(cp, plans, out)
+            if not todo:
+                return out
             self.store.save(cp)
-            return ClaimPrepareResult(error=f"{where}: {clash}")
+        except DrakitError as e:  # the checkpoint cannot be read or written: retryable
+            return out | self._failed(plans, e, out)
+        completed: list[_Planned] = []
+        for plan in todo:
+            err = self._prepare_devices(cp, plan)
+            if err:
+                out[plan.ref.uid] = ClaimPrepareResult(error=err)
+            else:
+                completed.append(plan)
+        try:
+            self.store.save(cp)  # what was prepared, failed claims included (for unprepare)
+        except DrakitError as e:
+            return out | self._failed(completed, e, {})
+        for plan in completed:
+            crash_point("prepare-after-checkpoint")
+            out[plan.ref.uid] = ClaimPrepareResult(devices=cp.claims[plan.ref.uid].results)
+            log.info(
+                "prepared claim %s (uid %s): %d devices",
+                self._where(plan.ref),
+                plan.ref.uid,
+                len(plan.devices),
+            )
+        return out
+
+    def _failed(
+        self, plans: Sequence[_Planned], e: DrakitError, done: dict[str, ClaimPrepareResult]
+    ) -> dict[str, ClaimPrepareResult]:
+        """The same error for every claim in ``plans`` that has no result in ``done`` yet."""
+        return {
+            p.ref.uid: ClaimPrepareResult(error=f"{self._where(p.ref)}: {e}")
+            for p in plans
+            if p.ref.uid not in done
+        }
+
+    def _admit(
+        self, cp: Checkpoint, plans: Sequence[_Planned], out: dict[str, ClaimPrepareResult]
+    ) -> list[_Planned]:
+        """Step 4 in memory: the claims that need work get ``PrepareStarted`` records."""
+        holders = self._holders(cp)
+        todo: list[_Planned] = []
+        for plan in plans:
+            ref = plan.ref
+            rec = cp.claims.get(ref.uid)
+            if (
+                rec is not None
+                and rec.phase == ClaimPhase.PREPARE_COMPLETED
+                and not rec.recovered
+                and self.cdi.exists(ref.uid)
+            ):
+                out[ref.uid] = ClaimPrepareResult(devices=rec.results)  # idempotent repeat
+                continue
+            if rec is not None and rec.phase == ClaimPhase.UNPREPARE_STARTED:
+                err = self._unprepare_locked(cp, [ref]).get(ref.uid, "")
+                if err:  # finish the interrupted unprepare first
+                    out[ref.uid] = ClaimPrepareResult(error=err)
+                    continue
+                for key in holders:  # its devices are free again
+                    holders[key] = [h for h in holders[key] if h[0] != ref.uid]
+                rec = None
+            clash = self._clash(plan, holders)
+            if clash:
+                out[ref.uid] = ClaimPrepareResult(error=f"{self._where(ref)}: {clash}")
+                continue
+            for d in plan.devices:  # later claims of this call see these as held
+                holders.setdefault((d.pool, d.device), []).append(
+                    (ref.uid, self._where(ref), False)
+                )
+            cp.claims[ref.uid] = ClaimRecord(
+                namespace=ref.namespace,
+                name=ref.name,
+                uid=ref.uid,
+                phase=ClaimPhase.PREPARE_STARTED,
+                prepared=rec.prepared if rec is not None else {},
+            )
+            todo.append(plan)
+        return todo
+
+    def _prepare_devices(self, cp: Checkpoint, plan: _Planned) -> str:
+        """Steps 5-6 for one claim; updates its record in ``cp``; returns its error or ""."""
+        ref = plan.ref
+        where = self._where(ref)
+        rec = cp.claims[ref.uid]
         try:
             prepared: dict[str, list[PreparedDevice]] = {}
             for plugin, devs in plan.owners.items():
@@ -308,7 +546,8 @@ class DriverState:
                 got = self.host.prepare(plugin, claim, self._held(cp, plugin, ref.uid))
                 self._check_prepared(where, plugin, devs, got)
                 prepared[plugin] = got
-                rec.prepared = {**rec.prepared, plugin: got}
+                rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: got}})
+                cp.claims[ref.uid] = rec
             crash_point("prepare-after-plugin")
             edits = [
                 (self._cdi_device(d), p.edits)
@@ -316,17 +555,15 @@ class DriverState:
                 for d, p in zip(devs, self._ordered(prepared[plugin], devs), strict=True)
             ]
             spec = self.cdi.build(ref.uid, edits)
-            rec.cdi_spec = self.cdi.write(ref.uid, spec)
+            name = self.cdi.write(ref.uid, spec)
             crash_point("prepare-after-cdi")
         except DrakitError as e:
-            self.store.save(cp)  # keep what was prepared, so unprepare can undo it
             log.warning("prepare of %s (uid %s) failed: %s", where, ref.uid, e)
-            return ClaimPrepareResult(error=f"{where}: {e}")
+            return f"{where}: {e}"
         except Exception as e:  # a plugin bug fails its claim, never the whole call
-            self.store.save(cp)
             log.exception("prepare of %s (uid %s) failed in a plugin", where, ref.uid)
-            return ClaimPrepareResult(error=f"{where}: internal error in a plugin: {e!r}")
-        rec.results = [
+            return f"{where}: internal error in a plugin: {_show(repr(e))}"
+        results = [
             PreparedDeviceRef(
                 requests=[d.request],
                 pool=d.pool,
@@ -336,28 +573,60 @@ class DriverState:
             )
             for d in plan.devices
         ]
-        rec.phase = ClaimPhase.PREPARE_COMPLETED
-        self.store.save(cp)
-        crash_point("prepare-after-checkpoint")
-        log.info("prepared claim %s (uid %s): %d devices", where, ref.uid, len(plan.devices))
-        return ClaimPrepareResult(devices=rec.results)
+        cp.claims[ref.uid] = rec.model_copy(
+            update={"cdi_spec": name, "results": results, "phase": ClaimPhase.PREPARE_COMPLETED}
+        )
+        return ""
 
-    def _exclusive_clash(self, cp: Checkpoint, plan: _Planned) -> str:
-        """The last line of defence against double use: an exclusive device held elsewhere."""
-        holders: dict[tuple[str, str], str] = {}
+    @staticmethod
+    def _holders(cp: Checkpoint) -> dict[tuple[str, str], list[tuple[str, str, bool]]]:
+        """(pool, device) -> [(uid, "claim ns/name", recovered)] for every record's devices."""
+        out: dict[tuple[str, str], list[tuple[str, str, bool]]] = {}
         for uid, rec in cp.claims.items():
-            if uid != plan.ref.uid:
-                for r in rec.results:
-                    holders[(r.pool, r.device)] = f"{rec.namespace}/{rec.name}"
+            who = f"{rec.namespace}/{rec.name}" if not rec.recovered else f"with UID {uid}"
+            keys = {(r.pool, r.device) for r in rec.results}
+            keys |= {(p.pool, p.device) for devs in rec.prepared.values() for p in devs}
+            if rec.recovered and not rec.results:
+                keys.add(("", ""))  # holds something unknown
+            for key in keys:
+                out.setdefault(key, []).append((uid, who, rec.recovered))
+        return out
+
+    def _clash(
+        self, plan: _Planned, holders: dict[tuple[str, str], list[tuple[str, str, bool]]]
+    ) -> str:
+        """The last line of defence against double use: a device another claim may hold."""
+        me = plan.ref.uid
+        unknown = [uid for uid, _, _ in holders.get(("", ""), []) if uid != me]
+        if unknown and plan.devices:
+            return (
+                "the checkpoint of this driver was lost and the CDI specs of claims with UIDs "
+                f"{', '.join(sorted(unknown)[:5])} could not be attributed to devices, so any "
+                "device may still be in use; prepares are refused until the kubelet unprepares "
+                "those claims (retryable)"
+            )
         for d in plan.devices:
+            others = [h for h in holders.get((d.pool, d.device), []) if h[0] != me]
+            if not others:
+                continue
             dev = self.host.device(d.key)
             shared = dev is not None and bool(dev.allow_multiple_allocations)
-            holder = holders.get((d.pool, d.device))
-            if holder and not shared:
+            _, who, recovered = others[0]
+            if not shared:
+                lost = " (recovered from its CDI spec after the checkpoint was lost)"
                 return (
                     f"request {d.request!r}: device {d.device!r} is still prepared for claim "
-                    f"{holder} and cannot be shared (no allowMultipleAllocations); the "
-                    "allocation is stale, the kubelet will retry after that claim is released"
+                    f"{who}{lost if recovered else ''} and cannot be shared (no "
+                    "allowMultipleAllocations); the allocation is stale, the kubelet will retry "
+                    "after that claim is released"
+                )
+            recovered_holders = [w for _, w, r in others if r]
+            if recovered_holders:
+                return (
+                    f"request {d.request!r}: device {d.device!r} is shared with claim "
+                    f"{recovered_holders[0]}, whose checkpoint record was lost (rebuilt from its "
+                    "CDI spec, without its share of the device); the device is not prepared "
+                    "again until that claim is unprepared (retryable)"
                 )
         return ""
 
@@ -386,23 +655,81 @@ class DriverState:
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimUnprepareResult]:
         """Unprepare every claim (unknown claims succeed); one entry per claim UID."""
+        start = time.monotonic()
         out: dict[str, ClaimUnprepareResult] = {}
+        valid: list[ClaimRef] = []
+        for ref in claims:
+            err = claim_ref_error(ref)
+            if err:
+                out[ref.uid] = ClaimUnprepareResult(error=err)
+                self._observe("unprepare", err, start)
+            else:
+                valid.append(ref)
+        if not valid:
+            return out
         with self._serialized():
-            cp = self.store.load()
-            for ref in claims:
-                start = time.monotonic()
-                out[ref.uid] = ClaimUnprepareResult(error=self._unprepare_one(cp, ref))
-                self._observe("unprepare", out[ref.uid].error, start)
+            try:
+                cp = self.store.load()
+            except DrakitError as e:
+                errors = {r.uid: f"{self._where(r)}: {e}" for r in valid}
+            else:
+                errors = self._unprepare_locked(cp, valid)
+        for ref in valid:
+            out[ref.uid] = ClaimUnprepareResult(error=errors.get(ref.uid, ""))
+            self._observe("unprepare", out[ref.uid].error, start)
         return out
 
-    def _unprepare_one(self, cp: Checkpoint, ref: ClaimRef) -> str:
-        where = f"claim {ref.namespace}/{ref.name}"
-        rec = cp.claims.get(ref.uid)
-        if rec is None:
-            self.cdi.remove(ref.uid)  # a spec left by a lost checkpoint is removed by name
-            return ""
-        rec.phase = ClaimPhase.UNPREPARE_STARTED
-        self.store.save(cp)
+    def _unprepare_locked(self, cp: Checkpoint, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        """Unprepare ``refs`` (one write to start, one to finish); errors by UID."""
+        errors: dict[str, str] = {}
+        todo: list[ClaimRef] = []
+        changed = False
+        for ref in refs:
+            rec = cp.claims.get(ref.uid)
+            if rec is None:  # a spec left by a lost checkpoint is removed by name
+                err = self._remove_spec(ref)
+                if err:
+                    errors[ref.uid] = err
+                continue
+            if rec.phase != ClaimPhase.UNPREPARE_STARTED:
+                cp.claims[ref.uid] = rec.model_copy(update={"phase": ClaimPhase.UNPREPARE_STARTED})
+                changed = True
+            todo.append(ref)
+        if not todo:
+            return errors
+        try:
+            if changed:
+                self.store.save(cp)
+        except DrakitError as e:
+            return errors | {r.uid: f"{self._where(r)}: {e}" for r in todo}
+        done: list[ClaimRef] = []
+        for ref in todo:
+            err = self._undo(cp.claims[ref.uid], ref)
+            errors.update({ref.uid: err} if err else {})
+            done += [] if err else [ref]
+        if not done:
+            return errors
+        for ref in done:
+            del cp.claims[ref.uid]
+        try:
+            self.store.save(cp)
+        except DrakitError as e:
+            return errors | {r.uid: f"{self._where(r)}: {e}" for r in done}
+        for ref in done:
+            crash_point("unprepare-after-checkpoint")
+            log.info("unprepared claim %s (uid %s)", self._where(ref), ref.uid)
+        return errors
+
+    def _remove_spec(self, ref: ClaimRef) -> str:
+        try:
+            self.cdi.remove(ref.uid)
+        except DrakitError as e:
+            return f"{self._where(ref)}: {e}"
+        return ""
+
+    def _undo(self, rec: ClaimRecord, ref: ClaimRef) -> str:
+        """The plugins' unprepare hooks and the CDI spec of one claim; its error or ""."""
+        where = self._where(ref)
         try:
             for plugin, prepared in rec.prepared.items():
                 if plugin in self.host.backends:
@@ -411,17 +738,20 @@ class DriverState:
                     log.warning(
                         "%s: plugin %r is no longer enabled; nothing to undo", where, plugin
                     )
+            if rec.recovered:
+                log.warning(
+                    "%s (uid %s): its record was rebuilt from its CDI spec; the plugins' own "
+                    "state for it was lost with the checkpoint and is not undone",
+                    where,
+                    ref.uid,
+                )
+            crash_point("unprepare-after-plugin")
+            self.cdi.remove(ref.uid)
+            crash_point("unprepare-after-cdi")
         except DrakitError as e:
             log.warning("unprepare of %s (uid %s) failed: %s", where, ref.uid, e)
             return f"{where}: {e}"
         except Exception as e:  # a plugin bug fails its claim, never the whole call
             log.exception("unprepare of %s (uid %s) failed in a plugin", where, ref.uid)
-            return f"{where}: internal error in a plugin: {e!r}"
-        crash_point("unprepare-after-plugin")
-        self.cdi.remove(ref.uid)
-        crash_point("unprepare-after-cdi")
-        del cp.claims[ref.uid]
-        self.store.save(cp)
-        crash_point("unprepare-after-checkpoint")
-        log.info("unprepared claim %s (uid %s)", where, ref.uid)
+            return f"{where}: internal error in a plugin: {_show(repr(e))}"
         return ""

@@ -150,14 +150,15 @@ class NodeService:
             return {}
         method = f"Node{op.capitalize()}Resources"
         rid = next(_request_ids)
-        logger.debug(
-            "[%d] %s(%s) driver=%s claims=%s",
-            rid,
-            method,
-            api,
-            self._driver,
-            [c.uid for c in claims],
-        )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "[%d] %s(%s) driver=%s claims=%s",
+                rid,
+                method,
+                api,
+                self._driver,
+                [c.uid for c in claims],
+            )
         try:
             with self._locked():
                 raw = dict(handle(claims))
@@ -165,8 +166,14 @@ class NodeService:
             logger.exception("[%d] %s handler of driver %s failed", rid, op, self._driver)
             err = f"{op} failed: {type(exc).__name__}: {exc}"
             return {c.uid: result(error=err) for c in claims}
-        missing = result(error=f"driver {self._driver} returned no result for this claim")
-        results = {c.uid: raw.pop(c.uid, missing) for c in claims}
+        results: dict[str, R] = {}
+        for c in claims:
+            got = raw.pop(c.uid, None)
+            results[c.uid] = (
+                got
+                if got is not None
+                else result(error=f"driver {self._driver} returned no result for this claim")
+            )
         self._log_results(rid, method, raw, results)
         return results
 

@@ -175,6 +175,32 @@ def socket_paths(
     return SocketPaths(registration=reg, dra=dra)
 
 
+SOCKET_MODE = 0o600
+"""Mode of both sockets, whatever the umask: only root (the kubelet) connects."""
+SOCKET_DIR_MODE = 0o700
+"""Mode of ``plugins/<driver>/`` when this server creates it."""
+
+
+def _private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) 0700 whatever the umask; refuse a link there."""
+    missing: list[Path] = []
+    p = path
+    while not os.path.lexists(p):
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=SOCKET_DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(d, SOCKET_DIR_MODE, follow_symlinks=False)  # mkdir's mode is umask-masked
+    if path.is_symlink() or not path.is_dir():
+        raise NotADirectoryError(
+            f"{path} is not a directory (or is a symbolic link); the DRA socket is not placed "
+            "there: replace it by a directory"
+        )
+
+
 def _remove_path(path: Path) -> None:
     """Remove a stale socket (or file) at one of our own (temporary) socket paths."""
     try:
@@ -318,7 +344,7 @@ class KubeletPluginServer:
                     f"kubelet plugin registry directory {registry} does not exist: is the "
                     "kubelet directory right and mounted into the driver container?"
                 )
-            self._paths.dra.parent.mkdir(parents=True, exist_ok=True)
+            _private_dir(self._paths.dra.parent)
             try:
                 self._listeners.append(self._listen(self._paths.dra, self._add_dra_services, "dra"))
                 self._listeners.append(
@@ -409,6 +435,7 @@ class KubeletPluginServer:
                 server.add_insecure_port(f"unix:{tmp}")
             except RuntimeError as exc:
                 raise RuntimeError(f"cannot listen on {tmp} (for {path}): {exc}") from exc
+            os.chmod(tmp, SOCKET_MODE, follow_symlinks=False)  # bound with the umask's mode
             server.start()
             tmp.replace(path)  # atomic: a stale socket of ours is replaced, never seen missing
             st = path.lstat()
