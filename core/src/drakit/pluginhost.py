@@ -169,6 +169,8 @@ class PluginHost:
         settings: the validated configuration; ``settings.plugins`` names the backends in order.
         node: the node and sysfs root.
         extra_plugins: objects registered in addition (tests; built-in helpers), by name.
+        libraries: vendor-library stand-ins handed to every backend's context
+            (:attr:`PluginContext.libraries`), e.g. a simulated root's fake NVML.
     """
 
     def __init__(
@@ -177,9 +179,11 @@ class PluginHost:
         node: NodeInfo,
         *,
         extra_plugins: Mapping[str, object] | None = None,
+        libraries: Mapping[str, object] | None = None,
     ) -> None:
         self.settings = settings
         self.node = node
+        self.libraries = dict(libraries or {})
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.backends: dict[str, object] = {}
@@ -234,6 +238,7 @@ class PluginHost:
                 strategy=section.strategy or self.settings.publish_strategy,
                 select=self.select,
                 log=logging.getLogger(f"drakit.plugin.{name}"),
+                libraries=self.libraries,
             )
             try:
                 obj = cls(ctx)
