@@ -10,9 +10,9 @@ from __future__ import annotations
 from drakit.sim.builder import MACHINE_INFO_PATH, SysfsBuilder, format_cpumask
 from drakit.sim.nvml import (
     NVML_DESCRIPTION_PATH,
+    FakeNvml,
     NvmlDescription,
     NvmlGpu,
-    FakeNvml,
     gpu_uuid,
     inject_gpu_lost,
     inject_xid,
