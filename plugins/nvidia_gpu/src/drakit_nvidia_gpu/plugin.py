@@ -239,6 +239,7 @@ class NvidiaGpuPlugin:
             mig = None
             if target.placement is not None:
                 mig = ensure_mig(nvml, root, target.gpu, target.placement, held_mig, where)
+                held_mig.append((mig.gpu_uuid, mig.start, mig.size))
             made.append((dev, target, mig.uuid if mig else target.gpu.uuid, mig))
         uuids = [u for _, _, u, _ in made]
         out = []
