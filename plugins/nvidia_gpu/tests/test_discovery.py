@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from drakit.inventory import build_inventory
 from drakit.models import Device
 from drakit.sim import load_nvml_description
 from drakit.sysfs import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
@@ -50,7 +51,8 @@ def test_every_attribute_as_nvidias_driver_publishes_it(
             PCIE_ROOT: {"string": bdf.relative_to(root / "sys/devices").parts[0]},
             NUMA_NODE: {"int": numa},
         }
-        assert "index" not in attrs and "minor" not in attrs
+        assert "index" not in attrs
+        assert "minor" not in attrs
         assert {k: v.value for k, v in d.capacity.items()} == {"memory": str(g.memory_total_bytes)}
         assert d.consumes_counters == ()
 
@@ -71,7 +73,8 @@ def test_mig_gpus_are_counter_sets_their_placements_consume(
     mig = sorted(n for n in devices if n.startswith("gpu-0-mig-"))
     # 7x 1g.10gb, 4x 1g.20gb, 3x 2g.20gb, 2x 3g.40gb, 1x 4g.40gb, 1x 7g.80gb
     assert len(mig) == 18
-    assert "gpu-0-mig-1g10gb-19-6" in mig and "gpu-0-mig-7g80gb-0-0" in mig
+    assert "gpu-0-mig-1g10gb-19-6" in mig
+    assert "gpu-0-mig-7g80gb-0-0" in mig
     assert not any(n.startswith("gpu-1-mig-") for n in devices), "GPU 1 is not in MIG mode"
     assert devices["gpu-1"].consumes_counters == ()
 
@@ -132,8 +135,6 @@ def test_mig_partitions_off_publishes_full_gpus_without_counters(
 
 
 def test_published_slices_put_counter_sets_apart(build_root: Build, open_gpu_host: Open) -> None:
-    from drakit.inventory import build_inventory
-
     with open_gpu_host(build_root("dgx-h100", mig=(0, 1)), health_watch=False) as host:
         slices = [s for s in build_inventory(host).slices() if s["spec"]["driver"] == DRIVER]
     counters = [s for s in slices if "sharedCounters" in s["spec"]]
@@ -154,8 +155,10 @@ def test_nvml_absent_publishes_no_gpus_once_said_and_others_go_on(
     with open_gpu_host(root, others={"cpu": {}, "amd_ainic": {}}) as host:
         first = host.discover().by_driver()
         second = host.discover().by_driver()
-    assert DRIVER not in first and DRIVER not in second
-    assert first.get("cpu.drakit.io") and first.get("ainic.amd.drakit.io")
+    assert DRIVER not in first
+    assert DRIVER not in second
+    assert first.get("cpu.drakit.io")
+    assert first.get("ainic.amd.drakit.io")
     lines = [r.getMessage() for r in caplog.records if "NVML is not available" in r.getMessage()]
     assert len(lines) == 1
     assert "publishing no NVIDIA GPUs" in lines[0]
