@@ -86,50 +86,61 @@ def _profile_name(raw: bytes | str, slices: int, memory_mib: int) -> str:
     return text or f"{slices}g.{round(memory_mib / 1024)}gb"
 
 
-def read_gpus(nvml: Nvml) -> NodeGpus:
-    """Ask NVML for every GPU (MIG profiles only for GPUs whose MIG mode is on)."""
+def read_gpus(nvml: Nvml, previous: NodeGpus | None = None) -> NodeGpus:
+    """Ask NVML for every GPU (MIG profiles only for GPUs whose MIG mode is on).
+
+    A GPU that has fallen off the bus (``GpuIsLost``) keeps what the previous round read at
+    its index, so it stays published (and tainted) instead of vanishing; with no previous
+    round it is left out.
+    """
     gpus = []
-    for h in nvml.handles():
-        mig = nvml.mig_enabled(h)
-        profiles: list[MigProfileInfo] = []
-        if mig:
-            for info, placements in nvml.mig_profiles(h):
-                if not placements:
-                    continue
-                slices = int(info.sliceCount)
-                memory_mib = int(info.memorySizeMB)
-                profiles.append(
-                    MigProfileInfo(
-                        id=int(info.id),
-                        name=_profile_name(getattr(info, "name", b""), slices, memory_mib),
-                        slices=slices,
-                        multiprocessors=int(info.multiprocessorCount),
-                        copy_engines=int(info.copyEngineCount),
-                        decoders=int(info.decoderCount),
-                        encoders=int(info.encoderCount),
-                        jpeg_engines=int(info.jpegCount),
-                        ofa_engines=int(info.ofaCount),
-                        memory_bytes=memory_mib * 1024 * 1024,
-                        placement_size=placements[0][1],
-                        placement_starts=tuple(start for start, _ in placements),
-                    )
-                )
-        gpus.append(
-            GpuInfo(
-                uuid=nvml.uuid(h),
-                minor=nvml.minor(h),
-                name=nvml.name(h),
-                brand=nvml.brand(h),
-                architecture=nvml.architecture(h),
-                compute_capability=nvml.compute_capability(h),
-                pci_bus_id=nvml.pci_bus_id(h),
-                memory_bytes=nvml.memory(h),
-                mig_enabled=mig,
-                mig_profiles=tuple(profiles),
-            )
-        )
+    for i, h in enumerate(nvml.handles()):
+        try:
+            gpus.append(_read_gpu(nvml, h))
+        except nvml.gpu_lost:
+            if previous is not None and i < len(previous.gpus):
+                gpus.append(previous.gpus[i])
     return NodeGpus(
         driver_version=nvml.driver_version(),
         cuda_driver_version=nvml.cuda_driver_version(),
         gpus=tuple(gpus),
+    )
+
+
+def _read_gpu(nvml: Nvml, h: object) -> GpuInfo:
+    mig = nvml.mig_enabled(h)
+    profiles: list[MigProfileInfo] = []
+    if mig:
+        for info, placements in nvml.mig_profiles(h):
+            if not placements:
+                continue
+            slices = int(info.sliceCount)
+            memory_mib = int(info.memorySizeMB)
+            profiles.append(
+                MigProfileInfo(
+                    id=int(info.id),
+                    name=_profile_name(getattr(info, "name", b""), slices, memory_mib),
+                    slices=slices,
+                    multiprocessors=int(info.multiprocessorCount),
+                    copy_engines=int(info.copyEngineCount),
+                    decoders=int(info.decoderCount),
+                    encoders=int(info.encoderCount),
+                    jpeg_engines=int(info.jpegCount),
+                    ofa_engines=int(info.ofaCount),
+                    memory_bytes=memory_mib * 1024 * 1024,
+                    placement_size=placements[0][1],
+                    placement_starts=tuple(start for start, _ in placements),
+                )
+            )
+    return GpuInfo(
+        uuid=nvml.uuid(h),
+        minor=nvml.minor(h),
+        name=nvml.name(h),
+        brand=nvml.brand(h),
+        architecture=nvml.architecture(h),
+        compute_capability=nvml.compute_capability(h),
+        pci_bus_id=nvml.pci_bus_id(h),
+        memory_bytes=nvml.memory(h),
+        mig_enabled=mig,
+        mig_profiles=tuple(profiles),
     )

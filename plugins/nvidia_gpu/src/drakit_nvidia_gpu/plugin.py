@@ -36,7 +36,7 @@ from drakit.models import (
 )
 from drakit_nvidia_gpu.cdi import gpu_nodes, visible_env
 from drakit_nvidia_gpu.devices import Published, build_inventory
-from drakit_nvidia_gpu.discovery import read_gpus
+from drakit_nvidia_gpu.discovery import NodeGpus, read_gpus
 from drakit_nvidia_gpu.health import GpuProblem, XidWatcher
 from drakit_nvidia_gpu.mig import MigInstance, destroy_mig, ensure_mig
 from drakit_nvidia_gpu.nvml import Nvml, NvmlUnavailable, open_nvml
@@ -64,6 +64,7 @@ class NvidiaGpuPlugin:
         self.watcher: XidWatcher | None = None
         self._said_unavailable = False
         self._published: dict[str, Published] = {}
+        self._last: NodeGpus | None = None
         self._lock = threading.Lock()
 
     # -- discovery -----------------------------------------------------------------------------
@@ -102,7 +103,7 @@ class NvidiaGpuPlugin:
         if nvml is None:
             return None
         try:
-            gpus = read_gpus(nvml)
+            gpus = read_gpus(nvml, self._last)
         except nvml.error as e:
             raise RetryableError(f"plugins.{self.ctx.name}: reading NVML failed: {e}") from e
         if self.settings.health_watch and self.watcher is None and gpus.gpus:
@@ -122,6 +123,7 @@ class NvidiaGpuPlugin:
         )
         with self._lock:
             self._published = published
+            self._last = gpus
         self.ctx.log.debug("published %d NVIDIA devices", len(inventory.devices))
         return inventory
 
