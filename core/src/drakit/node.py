@@ -310,7 +310,10 @@ class Node:
                 self.health[driver].update(items.values())
         changed = unhealthy != self._unhealthy
         self._unhealthy = unhealthy
-        if changed and self.settings.health.taint_unhealthy and self.publisher is not None:
+        # republish on any change: core's own taint (``taint_unhealthy``) or a backend's taints
+        # (set on its devices at discovery, e.g. the NVIDIA backend's XID taint) must not wait
+        # for the next discovery interval
+        if changed and self.publisher is not None:
             self.publisher.trigger()
 
     def _health_loop(self) -> None:
