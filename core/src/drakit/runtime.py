@@ -24,7 +24,7 @@ __all__ = [
     "sysfs_for",
 ]
 
-DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_ainic", "composite")
+DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_gpu", "amd_ainic", "composite")
 """Backends enabled when the configuration names none: those of these that are installed."""
 
 
