@@ -314,7 +314,7 @@ class Node:
         # (set on its devices at discovery, e.g. the NVIDIA backend's XID taint) must not wait
         # for the next discovery interval
         if changed and self.publisher is not None:
-            self.publisher.trigger()
+            self.publisher.trigger(rediscover=True)
 
     def _health_loop(self) -> None:
         while not self._stop.wait(self.settings.health.interval):

@@ -394,8 +394,15 @@ class ResourceSlicePublisher:
         state = self._pools.get((driver, pool))
         return state.generation if state else None
 
-    def trigger(self) -> None:
-        """Ask the running loop for a round now (e.g. device health changed the taints)."""
+    def trigger(self, *, rediscover: bool = False) -> None:
+        """Ask the running loop for a round now (e.g. device health changed the taints).
+
+        Args:
+            rediscover: have that round call ``desired`` again instead of reusing the last
+                discovery (device taints are set at discovery).
+        """
+        if rediscover:
+            self._force_rediscover = True
         self._notify("changed")
 
     def sync_once(self, *, rediscover: bool = True) -> SyncResult:
@@ -506,8 +513,11 @@ class ResourceSlicePublisher:
     _backoff_delay = 0.5
     _discovered_at = -1e9
 
+    _force_rediscover = False
+
     def _discover(self, rediscover: bool) -> list[PoolSpec]:
-        if rediscover or self._cache is None:
+        if rediscover or self._cache is None or self._force_rediscover:
+            self._force_rediscover = False  # before desired(): a trigger during it counts
             try:
                 pools = list(self._desired())
             except DrakitError:
