@@ -10,8 +10,8 @@ behind the backend's NVML seam) and publishes through the real API server:
 * a time-sliced claim shared by two pods is prepared once and both pods' containers get the
   same CDI device (the same device nodes);
 
-and a second module-level node serves ``mi300x-8gpu-8ainic``, whose 8 AMD GPUs are published
-and accepted by the API server.
+and a second node serves ``mi300x-8gpu-8ainic``, whose 8 AMD GPUs are published and accepted
+by the API server, and paired with the 8 AINICs by the composite backend.
 """
 
 from __future__ import annotations
@@ -328,7 +328,7 @@ def test_mi300x_publishes_eight_amd_gpus_the_api_server_accepts(
         kubeconfig=control_plane.kubeconfig,
         node_name=name,
         dirs=dirs,
-        plugins={"amd_gpu": {}, "amd_ainic": {}},
+        plugins={"amd_gpu": {}, "amd_ainic": {}, "composite": {"gpu_driver": AMD}},
         profile="mi300x-8gpu-8ainic",
         instance_id="mi",
     )
@@ -336,6 +336,8 @@ def test_mi300x_publishes_eight_amd_gpus_the_api_server_accepts(
         with proc:
             names = _wait_published(control_plane, name, AMD, 8)
             assert all(x.startswith("gpu-0000-") for x in names)
+            pairs = _wait_published(control_plane, name, "pairs.composite.drakit.io", 8)
+            assert pairs == {f"pair-{i}" for i in range(8)}
             proc.wait_ready(timeout=30)
             items = control_plane.api(
                 "GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={name}"
