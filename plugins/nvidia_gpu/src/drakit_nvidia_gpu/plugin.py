@@ -3,15 +3,13 @@
 Discovery (:mod:`.discovery`) reads NVML through :mod:`.nvml` (nvidia-ml-py on a node, the
 simulated root's fake NVML in tests); :mod:`.devices` turns it into devices with NVIDIA's
 attribute names and, for GPUs in MIG mode, partitionable MIG placements; prepare creates MIG
-instances (:mod:`.mig`), applies ``GpuConfig`` sharing (:mod:`.sharing`) and returns the CDI
+instances (:mod:`.mig`), applies ``GpuConfig`` sharing (:mod:`.sharing`, :mod:`.share`) and returns the CDI
 edits (:mod:`.cdi`); health comes from the XID watcher (:mod:`.health`).
 ``docs/gpu-backends.md`` is the user-facing description.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -41,14 +39,13 @@ from drakit_nvidia_gpu.health import GpuProblem, XidWatcher
 from drakit_nvidia_gpu.mig import MigInstance, destroy_mig, ensure_mig
 from drakit_nvidia_gpu.nvml import Nvml, NvmlUnavailable, open_nvml
 from drakit_nvidia_gpu.settings import NvidiaGpuSettings
-from drakit_nvidia_gpu.sharing import GPU_CONFIG_API_VERSION, INTERVALS, GpuConfig, Sharing
+from drakit_nvidia_gpu.share import COMPUTEMODE_DEFAULT, apply_sharing, claim_sharing, mps_edits
+from drakit_nvidia_gpu.sharing import GPU_CONFIG_API_VERSION, GpuConfig
 
 __all__ = ["NvidiaGpuPlugin", "NvidiaGpuSettings"]
 
 TAINT_XID = "gpu.nvidia.drakit.io/xid"
 TAINT_LOST = "gpu.nvidia.drakit.io/gpu-lost"
-_COMPUTEMODE_DEFAULT = 0
-_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
 
 
 class NvidiaGpuPlugin:
@@ -141,78 +138,6 @@ class NvidiaGpuPlugin:
         except ValidationError as e:
             raise ConfigInvalid(validation_errors(e)) from e
 
-    @staticmethod
-    def _sharing(dev: AllocatedDevice) -> Sharing | None:
-        sharing = None
-        for cfg in dev.config:
-            if isinstance(cfg, GpuConfig) and cfg.sharing is not None:
-                sharing = cfg.sharing
-        return sharing
-
-    def _apply_sharing(
-        self, nvml: Nvml, target: Published, uuid: str, sharing: Sharing, where: str
-    ) -> None:
-        if sharing.strategy == "TimeSlicing" and target.placement is not None:
-            raise PermanentError(
-                f"{where}: GpuConfig sharing.strategy TimeSlicing has no effect on a MIG device; "
-                "use MPS or no sharing"
-            )
-        if sharing.strategy == "MPS" and sharing.mps is not None:
-            limit = sharing.mps.pinned_mib
-            memory = (
-                target.placement.profile.memory_bytes
-                if target.placement is not None
-                else target.gpu.memory_bytes
-            )
-            if limit is not None and memory is not None and limit * 2**20 > memory:
-                raise PermanentError(
-                    f"{where}: GpuConfig sharing.mpsConfig.defaultPinnedDeviceMemoryLimit "
-                    f"{sharing.mps.default_pinned_device_memory_limit} is more than the device's "
-                    f"{memory // 2**20}Mi of memory"
-                )
-        if target.placement is not None:
-            return  # MPS on a MIG device: the compute mode belongs to the parent GPU
-        mode = _COMPUTEMODE_EXCLUSIVE_PROCESS if sharing.strategy == "MPS" else _COMPUTEMODE_DEFAULT
-        try:
-            h = nvml.handle(uuid)
-            if nvml.compute_mode(h) != mode:
-                nvml.set_compute_mode(h, mode)
-        except nvml.error as e:
-            raise RetryableError(f"{where}: NVML could not set the compute mode: {e}") from e
-        interval = sharing.time_slicing.interval if sharing.time_slicing else "Default"
-        if sharing.strategy == "TimeSlicing" and interval != "Default":
-            self._set_timeslice(uuid, interval, where)
-
-    def _set_timeslice(self, uuid: str, interval: str, where: str) -> None:
-        smi = shutil.which(self.settings.nvidia_smi)
-        if smi is None:
-            raise PermanentError(
-                f"{where}: GpuConfig sharing.timeSlicingConfig.interval {interval} needs "
-                f"nvidia-smi, and plugins.{self.ctx.name}.nvidia_smi "
-                f"({self.settings.nvidia_smi!r}) is not found; use interval Default or point "
-                "nvidia_smi at the driver's nvidia-smi"
-            )
-        argv = [smi, "compute-policy", "-i", uuid, "--set-timeslice", str(INTERVALS[interval])]
-        try:
-            subprocess.run(argv, check=True, capture_output=True, timeout=30)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise RetryableError(f"{where}: {' '.join(argv)} failed: {e}") from e
-
-    def _mps_edits(
-        self, uuids: Sequence[str], sharing: Sharing
-    ) -> tuple[list[str], list[dict[str, Any]]]:
-        pipe = self.settings.mps_pipe_directory
-        env = [f"CUDA_MPS_PIPE_DIRECTORY={pipe}"]
-        if sharing.mps is not None and sharing.mps.default_active_thread_percentage is not None:
-            env.append(
-                f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={sharing.mps.default_active_thread_percentage}"
-            )
-        if sharing.mps is not None and sharing.mps.pinned_mib is not None:
-            limit = ",".join(f"{i}={sharing.mps.pinned_mib}M" for i in range(len(uuids)))
-            env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limit}")
-        mounts = [{"hostPath": pipe, "containerPath": pipe, "options": ["rbind", "rw"]}]
-        return env, mounts
-
     @hookimpl
     def drakit_prepare_devices(
         self, claim: ClaimInfo, held: Sequence[PreparedDevice]
@@ -247,15 +172,22 @@ class NvidiaGpuPlugin:
         out = []
         for dev, target, uuid, mig in made:
             where = f"claim {claim.namespace}/{claim.name} request {dev.request!r} ({dev.device})"
-            sharing = self._sharing(dev)
+            sharing = claim_sharing(dev)
             env = [visible_env(uuids)]
             mounts: list[dict[str, Any]] = []
             state: dict[str, Any] = {"uuid": uuid}
             if sharing is not None:
-                self._apply_sharing(nvml, target, target.gpu.uuid, sharing, where)
+                apply_sharing(
+                    nvml,
+                    target,
+                    sharing,
+                    where,
+                    nvidia_smi=self.settings.nvidia_smi,
+                    setting=f"plugins.{self.ctx.name}.nvidia_smi",
+                )
                 state["sharing"] = sharing.strategy
                 if sharing.strategy == "MPS":
-                    extra_env, mounts = self._mps_edits(uuids, sharing)
+                    extra_env, mounts = mps_edits(self.settings.mps_pipe_directory, uuids, sharing)
                     env += extra_env
             if mig is not None:
                 state.update(mig.state())
@@ -288,7 +220,7 @@ class NvidiaGpuPlugin:
                 destroy_mig(nvml, p.state, where)
             elif p.state.get("sharing") == "MPS":
                 try:
-                    nvml.set_compute_mode(nvml.handle(p.state["uuid"]), _COMPUTEMODE_DEFAULT)
+                    nvml.set_compute_mode(nvml.handle(p.state["uuid"]), COMPUTEMODE_DEFAULT)
                 except nvml.error as e:
                     raise RetryableError(
                         f"{where}: NVML could not reset the compute mode: {e}"
