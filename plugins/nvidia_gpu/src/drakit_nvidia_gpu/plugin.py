@@ -3,8 +3,8 @@
 Discovery (:mod:`.discovery`) reads NVML through :mod:`.nvml` (nvidia-ml-py on a node, the
 simulated root's fake NVML in tests); :mod:`.devices` turns it into devices with NVIDIA's
 attribute names and, for GPUs in MIG mode, partitionable MIG placements; prepare creates MIG
-instances (:mod:`.mig`), applies ``GpuConfig`` sharing (:mod:`.sharing`, :mod:`.share`) and returns the CDI
-edits (:mod:`.cdi`); health comes from the XID watcher (:mod:`.health`).
+instances (:mod:`.mig`), applies ``GpuConfig`` sharing (:mod:`.sharing`, :mod:`.share`) and
+returns the CDI edits (:mod:`.cdi`); health comes from the XID watcher (:mod:`.health`).
 ``docs/gpu-backends.md`` is the user-facing description.
 """
 
