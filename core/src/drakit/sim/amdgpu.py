@@ -129,16 +129,15 @@ def write_amd_gpus(spec: MachineSpec, root: Path) -> int:
     _write(topo / "generation_id", "1")
     _write(topo / "system_properties", "platform_oem 0\nplatform_id 0\nplatform_rev 0\n")
     node = 0
-    for numa in range(spec.cpu.numa_nodes):
+    for _ in range(spec.cpu.numa_nodes):
         d = topo / "nodes" / str(node)
         cores = spec.cpu.total_cores // spec.cpu.numa_nodes
         _write(d / "properties", _properties({"cpu_cores_count": cores, "simd_count": 0}))
         _write(d / "gpu_id", "0")
         _write(d / "name", "")
-        del numa
         node += 1
     xcp_index = 0
-    for i, (fn, _numa) in enumerate(gpus):
+    for i, (fn, _) in enumerate(gpus):
         model = AMD_GPU_MODELS[fn.device]
         pci = Path(os.path.realpath(sys_root / "bus/pci/devices" / fn.address))
         _write(pci / "product_name", model.product_name)
@@ -151,14 +150,13 @@ def write_amd_gpus(spec: MachineSpec, root: Path) -> int:
         card, render = 1 + i, _RENDER_BASE + i
         _drm(root, pci, card, render)
         renders = [render]
-        for k in range(1, _MAX_XCP):
+        for _ in range(1, _MAX_XCP):
             xcp = sys_root / "devices/platform" / f"amdgpu_xcp_{xcp_index}"
             xcp_card = 1 + len(gpus) + xcp_index
             xcp_render = _RENDER_BASE + len(gpus) + xcp_index
             _drm(root, xcp, xcp_card, xcp_render)
             renders.append(xcp_render)
             xcp_index += 1
-            del k
         mode = fn.extra_files.get("current_compute_partition", "SPX").strip().upper()
         parts = _PARTITIONS.get(mode, 1)
         domain, bus, devfn = fn.address.split(":")
