@@ -526,8 +526,9 @@ class FakeNvml:
         """The board serial."""
         return self._alive(handle).serial
 
-    def nvmlDeviceGetModuleId(self, handle: _Device) -> int:
-        """The module id on the baseboard."""
+    def nvmlDeviceGetModuleId(self, handle: _Device, moduleId: Any = None) -> int:
+        """The module id on the baseboard (``moduleId`` is pynvml's out-parameter, unused)."""
+        del moduleId
         return self._alive(handle).module_id
 
     def nvmlDeviceGetIndex(self, handle: _Device) -> int:
