@@ -32,6 +32,10 @@ class PluginContext:
             installed ones; a simulated root brings its own (the fake NVML), a real node none.
             A backend that uses a vendor library takes it from here when present, so one code
             path serves both.
+        dropped_fields: names of the fields the API server dropped from this plugin's driver's
+            last published slices (``consumesCounters`` where ``DRAPartitionableDevices`` is
+            off); empty without a cluster or while it keeps everything. A backend may publish
+            without the feature when it sees its field here.
     """
 
     name: str
@@ -42,6 +46,7 @@ class PluginContext:
     select: Callable[[str, SelectionRequest], SelectionResult]
     log: logging.Logger
     libraries: Mapping[str, Any] = field(default_factory=dict)
+    dropped_fields: Callable[[], frozenset[str]] = frozenset
 
     def settings_as(self, model: type[S]) -> S:
         """This plugin's settings as its own model (typed access for the plugin's code).

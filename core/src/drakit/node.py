@@ -148,6 +148,7 @@ class Node:
                 owner_node_uid=(node or {}).get("metadata", {}).get("uid"),
             )
             publisher = self.publisher
+            self._the_host().dropped_fields = publisher.dropped_fields
             self.metrics.slice_writes = lambda: {
                 "create": publisher.writes.creates,
                 "update": publisher.writes.updates,

@@ -365,6 +365,7 @@ class ResourceSlicePublisher:
         self._written: dict[str, _Written] = {}
         self._expected: set[str] = set()
         self._dropped: dict[str, str] = {}
+        self._dropped_names: dict[str, tuple[str, frozenset[str]]] = {}
         self._reported: set[str] = set()
         self._deleted: set[str] = set()
         self._rng = random.Random()  # noqa: S311 - jitter, not cryptography
@@ -388,6 +389,16 @@ class ResourceSlicePublisher:
     def dropped(self) -> dict[str, str]:
         """Slice name -> the dropped-fields report, while the API server keeps dropping them."""
         return dict(self._dropped)
+
+    def dropped_fields(self, driver: str) -> frozenset[str]:
+        """Names of the fields (``consumesCounters``) the API server drops from ``driver``'s slices.
+
+        Empty once the server keeps everything that is sent. Backends see it through
+        ``PluginContext.dropped_fields`` and may publish without the feature.
+        """
+        return frozenset(
+            name for d, names in list(self._dropped_names.values()) if d == driver for name in names
+        )
 
     def generation(self, driver: str, pool: str) -> int | None:
         """The generation last published for a pool (``None`` if unknown)."""
@@ -639,6 +650,8 @@ class ResourceSlicePublisher:
             del self._written[name]
         for name in self._dropped.keys() - self._expected:
             del self._dropped[name]
+        for name in self._dropped_names.keys() - self._expected:
+            del self._dropped_names[name]
 
     def _delete_all(self, slices: Iterable[dict[str, Any]]) -> None:
         for s in sorted(slices, key=_name):
@@ -782,10 +795,20 @@ class ResourceSlicePublisher:
         paths = dropped_fields(sent.get("spec", {}), got.get("spec", {}))
         if not paths:
             self._dropped.pop(name, None)
+            self._dropped_names.pop(name, None)
             return
         exc = DroppedFieldsError(name, paths)
         message = str(exc)
         self._dropped[name] = message
+        names = (
+            str(sent.get("spec", {}).get("driver", "")),
+            frozenset(re.sub(r"\[\d+\]", "", p).rsplit(".", 1)[-1] for p in paths),
+        )
+        if self._dropped_names.get(name) != names:
+            self._dropped_names[name] = names
+            # backends that react to dropped fields (PluginContext.dropped_fields) need a
+            # rediscovery to publish without them
+            self.trigger(rediscover=True)
         if message not in self._reported:
             self._reported.add(message)
             logger.error("%s", message)
