@@ -188,3 +188,14 @@ def test_a_gpu_missing_from_kfd_is_unhealthy(build: Callable[..., Path]) -> None
     assert report[GPU0].health == "Unhealthy"
     assert "missing from the KFD topology" in report[GPU0].message
     assert [t.value for t in found[GPU0].taints] == ["kfd"]
+
+
+def test_partitions_stop_when_the_api_server_drops_consumes_counters(
+    build: Callable[..., Path],
+) -> None:
+    with host_for(build(cpx=("0000:05:00.0",))) as host:
+        assert len(devices(host)) == 8 + 8
+        host.dropped_fields = lambda driver: frozenset({"consumesCounters"})
+        found = devices(host)
+    assert len(found) == 8
+    assert all(d.consumes_counters == () for d in found.values())

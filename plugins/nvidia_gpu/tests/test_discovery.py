@@ -162,3 +162,21 @@ def test_nvml_absent_publishes_no_gpus_once_said_and_others_go_on(
     lines = [r.getMessage() for r in caplog.records if "NVML is not available" in r.getMessage()]
     assert len(lines) == 1
     assert "publishing no NVIDIA GPUs" in lines[0]
+
+
+def test_partitions_stop_when_the_api_server_drops_consumes_counters(
+    build_root: Build, open_gpu_host: Open, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    dropped: set[str] = set()
+    with open_gpu_host(build_root("dgx-h100", mig=(0,)), health_watch=False) as host:
+        host.dropped_fields = lambda driver: frozenset(dropped if driver == DRIVER else ())
+        assert len(gpus(host)) == 8 + 18
+        dropped.add("consumesCounters")
+        after = gpus(host)
+        assert sorted(after) == [f"gpu-{i}" for i in range(8)]
+        assert all(d.consumes_counters == () for d in after.values())
+        dropped.clear()  # the server keeps everything now: still off until restart (no flapping)
+        assert len(gpus(host)) == 8
+    said = [r for r in caplog.records if "drops consumesCounters" in r.getMessage()]
+    assert len(said) == 1

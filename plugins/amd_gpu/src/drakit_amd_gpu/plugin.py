@@ -59,6 +59,7 @@ class AmdGpuPlugin:
         self.settings = context.settings_as(AmdGpuSettings)
         self._published: dict[str, Published] = {}
         self._lock = threading.Lock()
+        self._counters_dropped = False
 
     @hookimpl
     def drakit_discover_devices(self, node: NodeInfo) -> DeviceInventory | None:
@@ -73,8 +74,15 @@ class AmdGpuPlugin:
                 taints[device_name(gpu)] = (
                     DeviceTaint(key=TAINT, value=problem[0], effect=self.settings.taint_effect),
                 )
+        if not self._counters_dropped and "consumesCounters" in self.ctx.dropped_fields():
+            self._counters_dropped = True  # until restart: publishing them again would flap
+            self.ctx.log.warning(
+                "plugins.%s: the API server drops consumesCounters (DRAPartitionableDevices is "
+                "off); publishing whole GPUs only, without partitions",
+                self.ctx.name,
+            )
         inventory, published = build_inventory(
-            gpus, partitions=self.settings.partitions, taints=taints
+            gpus, partitions=self.settings.partitions and not self._counters_dropped, taints=taints
         )
         with self._lock:
             self._published = published

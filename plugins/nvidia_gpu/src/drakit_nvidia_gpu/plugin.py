@@ -62,6 +62,7 @@ class NvidiaGpuPlugin:
         self._said_unavailable = False
         self._published: dict[str, Published] = {}
         self._last: NodeGpus | None = None
+        self._counters_dropped = False
         self._lock = threading.Lock()
 
     # -- discovery -----------------------------------------------------------------------------
@@ -112,10 +113,17 @@ class NvidiaGpuPlugin:
             watcher.start([g.uuid for g in gpus.gpus])
             self.watcher = watcher
         problems = self.watcher.problems() if self.watcher is not None else {}
+        if not self._counters_dropped and "consumesCounters" in self.ctx.dropped_fields():
+            self._counters_dropped = True  # until restart: publishing them again would flap
+            self.ctx.log.warning(
+                "plugins.%s: the API server drops consumesCounters (DRAPartitionableDevices is "
+                "off); publishing full GPUs only, without MIG partitions",
+                self.ctx.name,
+            )
         inventory, published = build_inventory(
             gpus,
             Path(node.sysfs_root),
-            partitions=self.settings.mig_partitions,
+            partitions=self.settings.mig_partitions and not self._counters_dropped,
             taints=self._taints(problems),
         )
         with self._lock:
