@@ -23,6 +23,7 @@ from drakit.config import PluginSettings
 from drakit.context import PluginContext
 from drakit.errors import PermanentError
 from drakit.models import Device, DeviceInventory, DeviceKey, NodeInfo
+from drakit.sim import vendor_libraries
 from drakit.slices import check_driver_name, render_slices
 from drakit.strategies import Strategy
 from drakit.strategy_models import SelectionRequest, SelectionResult
@@ -64,6 +65,8 @@ def build(ep: metadata.EntryPoint, node: NodeInfo) -> tuple[Any, PluginContext]:
         strategy=None,
         select=no_selection,
         log=logging.getLogger(f"drakit.plugin.{ep.name}"),
+        # what drakit.runtime hands backends on a simulated root (the fake NVML)
+        libraries=vendor_libraries(Path(node.sysfs_root)),
     )
     return cls(ctx), ctx
 
@@ -137,6 +140,7 @@ def test_discovery_finds_the_profiles_hardware(
     assert counts["cpu"] > 0
     assert counts["nvidia_gpu"] == 8
     assert counts["amd_ainic"] == 8
+    assert counts.get("amd_gpu", 0) == 0  # no AMD GPUs in this profile
     assert counts["composite"] == 0  # it composes, it does not discover
 
 

@@ -108,7 +108,10 @@ def test_prepare_returns_cdi_ids_and_writes_one_spec(
     assert spec["kind"] == f"k8s.{GPU}/claim"
     # CDI device names that start with a digit (a UID can) need spec version 0.5.0
     assert spec["cdiVersion"] == ("0.5.0" if ref.uid[0].isdigit() else "0.3.0")
-    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
+        {"path": p}
+        for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+    ]
 
 
 def test_prepare_is_idempotent_and_unprepare_cleans_up(

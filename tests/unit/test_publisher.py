@@ -409,6 +409,23 @@ def test_dropped_fields_are_reported_once_without_a_write_loop(api: FakeApi) -> 
     assert len(api.events) == 1
 
 
+def test_dropped_field_names_are_told_per_driver_until_the_server_keeps_them(
+    api: FakeApi,
+) -> None:
+    api.drop = {"allowMultipleAllocations"}
+    d = Desired()
+    d.set(DRIVER, NODE, [gpu(0, allowMultipleAllocations=True), gpu(1)])
+    pub = make(api, d)
+    assert pub.dropped_fields(DRIVER) == frozenset()
+    with pytest.raises(DroppedFieldsError):
+        pub.sync_once()
+    assert pub.dropped_fields(DRIVER) == {"allowMultipleAllocations"}
+    assert pub.dropped_fields("other.example.com") == frozenset()
+    d.set(DRIVER, NODE, [gpu(0), gpu(1)])  # what a backend publishes once it knows
+    pub.sync_once()
+    assert pub.dropped_fields(DRIVER) == frozenset()
+
+
 def test_taint_time_added_is_server_set_and_kept(api: FakeApi) -> None:
     d = Desired()
     d.set(DRIVER, NODE, [gpu(0, taints=(DeviceTaint(key="unhealthy", effect="NoSchedule"),))])

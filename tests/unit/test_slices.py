@@ -498,7 +498,11 @@ EXPECTED_PROFILES: dict[str, dict[str, tuple[int, int]]] = {
     "epyc-genoa-2s-nps4": {"cpu.drakit.io": (1, 8)},
     "spr-2s-snc2": {"cpu.drakit.io": (1, 4)},
     "dgx-h100": {"cpu.drakit.io": (1, 2), "gpu.nvidia.drakit.io": (1, 8)},
-    "mi300x-8gpu-8ainic": {"cpu.drakit.io": (1, 2), "ainic.amd.drakit.io": (1, 8)},
+    "mi300x-8gpu-8ainic": {
+        "cpu.drakit.io": (1, 2),
+        "gpu.amd.drakit.io": (1, 8),
+        "ainic.amd.drakit.io": (1, 8),
+    },
     "h200-8gpu-8ainic": {
         "cpu.drakit.io": (1, 2),
         "gpu.nvidia.drakit.io": (1, 8),

@@ -292,7 +292,7 @@ def test_plugins_command_lists_backends_and_strategies(capsys: pytest.CaptureFix
     assert {*SHIPPED, "reverse"} <= set(strategies)
     # nothing configured: the default backends are enabled, in their documented order
     assert [backends[n]["state"] for n in DEFAULT_PLUGINS] == [
-        f"enabled ({i})" for i in range(1, 5)
+        f"enabled ({i})" for i in range(1, len(DEFAULT_PLUGINS) + 1)
     ]
     assert backends["example_fpga"]["state"] == "installed"
     assert backends["example_fpga"]["distribution"] == "drakit-example-thirdparty"

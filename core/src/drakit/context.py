@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from drakit.config import PluginSettings
 from drakit.models import NodeInfo
@@ -28,6 +28,14 @@ class PluginContext:
         strategy: the configured strategy (section ``strategy``, else ``publish_strategy``).
         select: call the node-side selection hook (``drakit_select_resources``) by strategy.
         log: a logger named after the plugin.
+        libraries: vendor libraries by module name (``pynvml``) that stand in for the
+            installed ones; a simulated root brings its own (the fake NVML), a real node none.
+            A backend that uses a vendor library takes it from here when present, so one code
+            path serves both.
+        dropped_fields: names of the fields the API server dropped from this plugin's driver's
+            last published slices (``consumesCounters`` where ``DRAPartitionableDevices`` is
+            off); empty without a cluster or while it keeps everything. A backend may publish
+            without the feature when it sees its field here.
     """
 
     name: str
@@ -37,6 +45,8 @@ class PluginContext:
     strategy: str | None
     select: Callable[[str, SelectionRequest], SelectionResult]
     log: logging.Logger
+    libraries: Mapping[str, Any] = field(default_factory=dict)
+    dropped_fields: Callable[[], frozenset[str]] = frozenset
 
     def settings_as(self, model: type[S]) -> S:
         """This plugin's settings as its own model (typed access for the plugin's code).

@@ -160,6 +160,7 @@ class Node:
                 owner_node_uid=(node or {}).get("metadata", {}).get("uid"),
             )
             publisher = self.publisher
+            self._the_host().dropped_fields = publisher.dropped_fields
             self.metrics.slice_writes = lambda: {
                 "create": publisher.writes.creates,
                 "update": publisher.writes.updates,
@@ -324,8 +325,11 @@ class Node:
                 self.health[driver].update(items.values())
         changed = unhealthy != self._unhealthy
         self._unhealthy = unhealthy
-        if changed and self.settings.health.taint_unhealthy and self.publisher is not None:
-            self.publisher.trigger()
+        # republish on any change: core's own taint (``taint_unhealthy``) or a backend's taints
+        # (set on its devices at discovery, e.g. the NVIDIA backend's XID taint) must not wait
+        # for the next discovery interval
+        if changed and self.publisher is not None:
+            self.publisher.trigger(rediscover=True)
 
     def _health_loop(self) -> None:
         while not self._stop.wait(self.settings.health.interval):

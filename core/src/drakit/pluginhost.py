@@ -11,6 +11,7 @@ start-up with one :class:`~drakit.errors.PluginLoadError` naming the plugin and 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,6 +164,8 @@ class PluginHost:
         settings: the validated configuration; ``settings.plugins`` names the backends in order.
         node: the node and sysfs root.
         extra_plugins: objects registered in addition (tests; built-in helpers), by name.
+        libraries: vendor-library stand-ins handed to every backend's context
+            (:attr:`PluginContext.libraries`), e.g. a simulated root's fake NVML.
     """
 
     def __init__(
@@ -171,9 +174,13 @@ class PluginHost:
         node: NodeInfo,
         *,
         extra_plugins: Mapping[str, object] | None = None,
+        libraries: Mapping[str, object] | None = None,
     ) -> None:
         self.settings = settings
         self.node = node
+        self.libraries = dict(libraries or {})
+        self.dropped_fields: Callable[[str], frozenset[str]] | None = None
+        """Driver -> fields the API server drops from its slices (set by the node's publisher)."""
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.backends: dict[str, object] = {}
@@ -230,6 +237,8 @@ class PluginHost:
                 strategy=section.strategy or self.settings.publish_strategy,
                 select=self.select,
                 log=logging.getLogger(f"drakit.plugin.{name}"),
+                libraries=self.libraries,
+                dropped_fields=functools.partial(self._dropped, driver),
             )
             try:
                 obj = cls(ctx)
@@ -238,6 +247,10 @@ class PluginHost:
             self._register(name, obj)
             self.backends[name] = obj
             self.contexts[name] = ctx
+
+    def _dropped(self, driver: str) -> frozenset[str]:
+        source = self.dropped_fields
+        return source(driver) if source is not None else frozenset()
 
     def _load_strategies(self) -> None:
         wanted = {c.strategy for c in self.contexts.values() if c.strategy}

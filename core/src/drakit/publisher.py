@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -218,6 +219,7 @@ class ResourceSlicePublisher:
         self._written: dict[str, _Written] = {}
         self._expected: set[str] = set()
         self._dropped: dict[str, str] = {}
+        self._dropped_names: dict[str, tuple[str, frozenset[str]]] = {}
         self._reported: set[str] = set()
         self._rejected: dict[PoolKey, list[str]] = {}
         self._checked: dict[PoolKey, _Checked] = {}
@@ -263,13 +265,30 @@ class ResourceSlicePublisher:
         """Slice name -> the dropped-fields report, while the API server keeps dropping them."""
         return dict(self._dropped)
 
+    def dropped_fields(self, driver: str) -> frozenset[str]:
+        """Names of the fields (``consumesCounters``) the API server drops from ``driver``'s slices.
+
+        Empty once the server keeps everything that is sent. Backends see it through
+        ``PluginContext.dropped_fields`` and may publish without the feature.
+        """
+        return frozenset(
+            name for d, names in list(self._dropped_names.values()) if d == driver for name in names
+        )
+
     def generation(self, driver: str, pool: str) -> int | None:
         """The generation last published for a pool (``None`` if unknown)."""
         state = self._pools.get((driver, pool))
         return state.generation if state else None
 
-    def trigger(self) -> None:
-        """Ask the running loop for a round now (e.g. device health changed the taints)."""
+    def trigger(self, *, rediscover: bool = False) -> None:
+        """Ask the running loop for a round now (e.g. device health changed the taints).
+
+        Args:
+            rediscover: have that round call ``desired`` again instead of reusing the last
+                discovery (device taints are set at discovery).
+        """
+        if rediscover:
+            self._force_rediscover = True
         self._notify("changed")
 
     def sync_once(self, *, rediscover: bool = True) -> SyncResult:
@@ -380,8 +399,11 @@ class ResourceSlicePublisher:
     _backoff_delay = 0.5
     _discovered_at = -1e9
 
+    _force_rediscover = False
+
     def _discover(self, rediscover: bool) -> list[PoolSpec]:
-        if rediscover or self._cache is None:
+        if rediscover or self._cache is None or self._force_rediscover:
+            self._force_rediscover = False  # before desired(): a trigger during it counts
             try:
                 pools = list(self._desired())
             except DrakitError:
@@ -539,6 +561,8 @@ class ResourceSlicePublisher:
             del self._written[name]
         for name in self._dropped.keys() - self._expected:
             del self._dropped[name]
+        for name in self._dropped_names.keys() - self._expected:
+            del self._dropped_names[name]
 
     def _delete_all(self, slices: Iterable[dict[str, Any]]) -> None:
         for s in sorted(slices, key=name_of):
@@ -697,10 +721,20 @@ class ResourceSlicePublisher:
         paths = dropped_fields(sent.get("spec", {}), got.get("spec", {}))
         if not paths:
             self._dropped.pop(name, None)
+            self._dropped_names.pop(name, None)
             return
         exc = DroppedFieldsError(name, paths)
         message = str(exc)
         self._dropped[name] = message
+        names = (
+            str(sent.get("spec", {}).get("driver", "")),
+            frozenset(re.sub(r"\[\d+\]", "", p).rsplit(".", 1)[-1] for p in paths),
+        )
+        if self._dropped_names.get(name) != names:
+            self._dropped_names[name] = names
+            # backends that react to dropped fields (PluginContext.dropped_fields) need a
+            # rediscovery to publish without them
+            self.trigger(rediscover=True)
         if message not in self._reported:
             self._reported.add(message)
             logger.error("%s", message)

@@ -13,7 +13,7 @@ from pathlib import Path
 from drakit.config import DrakitSettings
 from drakit.models import NodeInfo
 from drakit.pluginhost import PluginHost, installed_plugins
-from drakit.sim import fast_tmp, materialize
+from drakit.sim import fast_tmp, materialize, vendor_libraries
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -24,7 +24,7 @@ __all__ = [
     "sysfs_for",
 ]
 
-DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_ainic", "composite")
+DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_gpu", "amd_ainic", "composite")
 """Backends enabled when the configuration names none: those of these that are installed."""
 
 
@@ -58,8 +58,12 @@ def sysfs_for(settings: DrakitSettings) -> Iterator[Path]:
 
 @contextmanager
 def open_host(settings: DrakitSettings) -> Iterator[PluginHost]:
-    """Build the plugin host for ``settings`` (simulated hardware if a profile is set)."""
+    """Build the plugin host for ``settings`` (simulated hardware if a profile is set).
+
+    A simulated root (a profile, or ``sysfs_root`` pointing at a tree the simulator built)
+    brings its vendor-library stand-ins (the fake NVML), handed to the backends.
+    """
     settings = effective_settings(settings)
     with sysfs_for(settings) as root:
         node = NodeInfo(name=default_node_name(settings), sysfs_root=str(root))
-        yield PluginHost(settings, node)
+        yield PluginHost(settings, node, libraries=vendor_libraries(Path(root)))

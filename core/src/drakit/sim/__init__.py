@@ -10,10 +10,16 @@ from __future__ import annotations
 from drakit.sim.builder import MACHINE_INFO_PATH, SysfsBuilder, format_cpumask
 from drakit.sim.nvml import (
     NVML_DESCRIPTION_PATH,
+    FakeNvml,
     NvmlDescription,
     NvmlGpu,
     gpu_uuid,
+    inject_gpu_lost,
+    inject_xid,
     load_nvml_description,
+    mig_instances,
+    recover_gpu,
+    vendor_libraries,
 )
 from drakit.sim.profiles import (
     DEFAULT_PROFILE,
@@ -45,6 +51,7 @@ __all__ = [
     "NVML_DESCRIPTION_PATH",
     "CacheSpec",
     "CpuSpec",
+    "FakeNvml",
     "MachineSpec",
     "NetDevSpec",
     "NvmlDescription",
@@ -62,9 +69,14 @@ __all__ = [
     "format_cpumask",
     "get_profile",
     "gpu_uuid",
+    "inject_gpu_lost",
+    "inject_xid",
     "list_profiles",
     "load_nvml_description",
     "materialize",
+    "mig_instances",
     "profile_info",
+    "recover_gpu",
     "register_profile",
+    "vendor_libraries",
 ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drakit.cpuset import format_cpulist
+from drakit.sim.amdgpu import write_amd_gpus
 from drakit.sim.nvml import NVML_DESCRIPTION_PATH
 from drakit.sim.spec import (
     CacheSpec,
@@ -192,6 +193,7 @@ class SysfsBuilder:
         self._write_cpuinfo(tree)
         self._write_pci(tree)
         self._write_meta(tree)
+        write_amd_gpus(self.spec, root)
         logger.debug(
             "built simulated machine %s under %s: %d entries in %.3fs",
             self.spec.name,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drakit.sim.builder import SysfsBuilder
-from drakit.sim.nvml import NvmlDescription, NvmlGpu, gpu_uuid
+from drakit.sim.nvml import NvmlDescription, NvmlGpu, gpu_uuid, hopper_mig_profiles
 from drakit.sim.spec import (
     CacheSpec,
     CpuSpec,
@@ -284,8 +284,8 @@ def _mi300x(address: str, index: int) -> PciDeviceSpec:
     )
 
 
-def _nvml(profile: str, gpus: Sequence[tuple[str, str, int]]) -> NvmlDescription:
-    """NVML view of NVIDIA GPUs given as ``(bdf, name, memory_mib)`` in index order."""
+def _nvml(profile: str, gpus: Sequence[tuple[str, str, int, int]]) -> NvmlDescription:
+    """NVML view of Hopper GPUs given as ``(bdf, name, memory_mib, marketed_gb)``, by index."""
     return NvmlDescription(
         driver_version="580.126.20",
         cuda_driver_version=13000,
@@ -304,8 +304,9 @@ def _nvml(profile: str, gpus: Sequence[tuple[str, str, int]]) -> NvmlDescription
                 mig_capable=True,
                 mig_enabled=False,
                 module_id=i + 1,
+                mig_profiles=hopper_mig_profiles(memory_mib, gb),
             )
-            for i, (bdf, name, memory_mib) in enumerate(gpus)
+            for i, (bdf, name, memory_mib, gb) in enumerate(gpus)
         ),
     )
 
@@ -443,7 +444,7 @@ def _mi300x_8gpu_8ainic() -> MachineSpec:
 
 
 def _dgx_h100() -> MachineSpec:
-    gpus = [(bdf, "NVIDIA H100 80GB HBM3", 81559) for bdf in _hgx_gpu_bdfs()]
+    gpus = [(bdf, "NVIDIA H100 80GB HBM3", 81559, 80) for bdf in _hgx_gpu_bdfs()]
     return MachineSpec(
         name="dgx-h100",
         description=(
@@ -459,7 +460,7 @@ def _dgx_h100() -> MachineSpec:
 
 
 def _h200_ainic(name: str, vfs: int) -> MachineSpec:
-    gpus = [(bdf, "NVIDIA H200", 143771) for bdf in _hgx_gpu_bdfs()]
+    gpus = [(bdf, "NVIDIA H200", 143771, 141) for bdf in _hgx_gpu_bdfs()]
     sriov = f", {vfs} VFs per AINIC bound to ionic" if vfs else ""
     return MachineSpec(
         name=name,

@@ -1,45 +1,146 @@
-"""The NVML seam: where this backend asks what GPUs the node has.
+"""What NVML reports about the node's GPUs, read through the seam into plain values.
 
-On a node the answer comes from NVML (the ``pynvml`` bindings, an optional dependency); on a
-simulated root from the fake NVML description the simulator writes
-(``<root>/drakit-sim/nvml.json``, contract in ``docs/simulated-hardware.md``). Everything NVML
-does not own (NUMA node, PCIe root) is read from sysfs by the plugin in both cases.
+:func:`read_gpus` asks NVML (real or fake, :mod:`drakit_nvidia_gpu.nvml`) for every GPU's
+identity, memory, MIG mode and, for GPUs in MIG mode, every MIG profile with its possible
+placements. Everything NVML does not own (NUMA node, PCIe root) comes from sysfs in
+:mod:`drakit_nvidia_gpu.devices`, as NVIDIA's own driver does.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 
-from drakit.errors import PermanentError
-from drakit.sim.nvml import NVML_DESCRIPTION_PATH, NvmlDescription, load_nvml_description
+from drakit_nvidia_gpu.nvml import Nvml
 
-__all__ = ["read_nvml"]
+__all__ = ["GpuInfo", "MigPlacement", "MigProfileInfo", "NodeGpus", "read_gpus"]
 
 
-def read_nvml(root: Path, source: str) -> NvmlDescription | None:
-    """What NVML reports on this node, or ``None`` when there are no NVIDIA GPUs.
+@dataclass(frozen=True)
+class MigProfileInfo:
+    """One GPU instance profile of a GPU (``nvmlDeviceGetGpuInstanceProfileInfo``)."""
 
-    Args:
-        root: the sysfs root.
-        source: ``auto`` (the fake description if the root has one, else NVML), ``sim`` or
-            ``nvml``.
+    id: int
+    name: str
+    slices: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+    memory_bytes: int
+    placement_size: int
+    placement_starts: tuple[int, ...]
 
-    Raises:
-        PermanentError: NVML was asked for but cannot be used here.
+    @property
+    def short(self) -> str:
+        """The name without dots, as NVIDIA's device names spell it (``1g10gb``)."""
+        return self.name.replace(".", "")
+
+
+@dataclass(frozen=True)
+class MigPlacement:
+    """One MIG placement: a profile at a start position of a GPU."""
+
+    profile: MigProfileInfo
+    start: int
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as NVML reports it."""
+
+    uuid: str
+    minor: int
+    name: str
+    brand: str
+    architecture: str
+    compute_capability: tuple[int, int]
+    pci_bus_id: str
+    memory_bytes: int | None
+    mig_enabled: bool | None
+    mig_profiles: tuple[MigProfileInfo, ...] = ()
+
+    @property
+    def device_name(self) -> str:
+        """The published name, as NVIDIA's driver names full GPUs: ``gpu-<minor>``."""
+        return f"gpu-{self.minor}"
+
+    def placements(self) -> list[MigPlacement]:
+        """Every MIG placement of every profile, by profile then start."""
+        return [MigPlacement(p, s) for p in self.mig_profiles for s in p.placement_starts]
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """Everything NVML said in one discovery round."""
+
+    driver_version: str
+    cuda_driver_version: int
+    gpus: tuple[GpuInfo, ...]
+
+
+def _profile_name(raw: bytes | str, slices: int, memory_mib: int) -> str:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    text = text.removeprefix("MIG ").strip()
+    return text or f"{slices}g.{round(memory_mib / 1024)}gb"
+
+
+def read_gpus(nvml: Nvml, previous: NodeGpus | None = None) -> NodeGpus:
+    """Ask NVML for every GPU (MIG profiles only for GPUs whose MIG mode is on).
+
+    A GPU that has fallen off the bus (``GpuIsLost``) keeps what the previous round read at
+    its index, so it stays published (and tainted) instead of vanishing; with no previous
+    round it is left out.
     """
-    fake = root / NVML_DESCRIPTION_PATH
-    if source == "sim" or (source == "auto" and fake.exists()):
-        return load_nvml_description(root) if fake.exists() else None
-    try:
-        import pynvml  # type: ignore[import-not-found]  # noqa: F401, PLC0415 - optional
-    except ImportError:
-        if source == "nvml":
-            raise PermanentError(
-                "plugins.nvidia_gpu.nvml: NVML bindings are not installed; "
-                "install nvidia-ml-py on the node image or set nvml: sim with a simulated root"
-            ) from None
-        return None
-    raise PermanentError(
-        "plugins.nvidia_gpu.nvml: reading real NVML is not implemented yet; "
-        "use a simulated profile (nvml: sim)"
+    gpus = []
+    for i, h in enumerate(nvml.handles()):
+        try:
+            gpus.append(_read_gpu(nvml, h))
+        except nvml.gpu_lost:
+            if previous is not None and i < len(previous.gpus):
+                gpus.append(previous.gpus[i])
+    return NodeGpus(
+        driver_version=nvml.driver_version(),
+        cuda_driver_version=nvml.cuda_driver_version(),
+        gpus=tuple(gpus),
+    )
+
+
+def _read_gpu(nvml: Nvml, h: object) -> GpuInfo:
+    mig = nvml.mig_enabled(h)
+    profiles: list[MigProfileInfo] = []
+    if mig:
+        for info, placements in nvml.mig_profiles(h):
+            if not placements:
+                continue
+            slices = int(info.sliceCount)
+            memory_mib = int(info.memorySizeMB)
+            profiles.append(
+                MigProfileInfo(
+                    id=int(info.id),
+                    name=_profile_name(getattr(info, "name", b""), slices, memory_mib),
+                    slices=slices,
+                    multiprocessors=int(info.multiprocessorCount),
+                    copy_engines=int(info.copyEngineCount),
+                    decoders=int(info.decoderCount),
+                    encoders=int(info.encoderCount),
+                    jpeg_engines=int(info.jpegCount),
+                    ofa_engines=int(info.ofaCount),
+                    memory_bytes=memory_mib * 1024 * 1024,
+                    placement_size=placements[0][1],
+                    placement_starts=tuple(start for start, _ in placements),
+                )
+            )
+    return GpuInfo(
+        uuid=nvml.uuid(h),
+        minor=nvml.minor(h),
+        name=nvml.name(h),
+        brand=nvml.brand(h),
+        architecture=nvml.architecture(h),
+        compute_capability=nvml.compute_capability(h),
+        pci_bus_id=nvml.pci_bus_id(h),
+        memory_bytes=nvml.memory(h),
+        mig_enabled=mig,
+        mig_profiles=tuple(profiles),
     )

@@ -1,0 +1,1 @@
+"""drakit backend for AMD Instinct GPUs."""

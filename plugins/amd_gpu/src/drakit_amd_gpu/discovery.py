@@ -1,0 +1,180 @@
+"""AMD Instinct GPUs from sysfs: the DRM card's PCI device joined with the KFD topology.
+
+For each PCI function of vendor ``0x1002`` bound to ``amdgpu`` the PCI directory gives the
+product name, VRAM size, partition modes, DRM card and render node and RAS counters; the KFD
+topology (``sys/class/kfd/kfd/topology/nodes``) gives one node per compute partition, joined to
+its GPU by ``domain`` + ``location_id`` (bus and device; the kernel ORs the partition into the
+function bits) and to its render node by ``drm_render_minor``. No amd-smi is needed
+(``shared/reference/amd-gpu.md`` §2, §5).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from drakit.sysfs import PciFunction, read_pci_functions
+
+__all__ = ["AMD_VENDOR", "AmdGpu", "KfdNode", "family_of", "read_amd_gpus"]
+
+AMD_VENDOR = 0x1002
+_GPU_BASE_CLASSES = (0x03, 0x12)
+_FAMILIES = {90400: ("gfx940", "CDNA3"), 90401: ("gfx941", "CDNA3"), 90402: ("gfx942", "CDNA3")}
+_FAMILIES[90500] = ("gfx950", "CDNA4")
+
+
+def family_of(gfx_target_version: int) -> tuple[str, str] | None:
+    """``(gfx target, family)`` for a KFD ``gfx_target_version`` (90402 -> gfx942, CDNA3)."""
+    return _FAMILIES.get(gfx_target_version)
+
+
+@dataclass(frozen=True)
+class KfdNode:
+    """One KFD compute node (a whole GPU in SPX, one partition otherwise)."""
+
+    node: int
+    render_minor: int
+    compute_units: int
+    xcc: int
+    gfx_target_version: int
+    memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class AmdGpu:
+    """One AMD GPU and its partitions as sysfs shows them."""
+
+    fn: PciFunction
+    product_name: str | None
+    vram_bytes: int | None
+    compute_partition: str | None
+    memory_partition: str | None
+    card: int | None
+    render_minor: int | None
+    driver_version: str | None
+    nodes: tuple[KfdNode, ...]
+    ras_uncorrectable: dict[str, int]
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether KFD shows more than one compute partition for this GPU."""
+        return len(self.nodes) > 1
+
+    def card_of(self, root: Path, render_minor: int) -> int | None:
+        """The card number beside a render node (XCP partitions have their own cards)."""
+        link = root / "sys/class/drm" / f"renderD{render_minor}"
+        drm = Path(os.path.realpath(link)).parent
+        for entry in sorted(drm.iterdir()) if drm.is_dir() else []:
+            m = re.fullmatch(r"card(\d+)", entry.name)
+            if m:
+                return int(m.group(1))
+        return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _properties(path: Path) -> dict[str, int]:
+    out = {}
+    for line in (_read(path) or "").splitlines():
+        key, _, value = line.partition(" ")
+        v = _int(value.strip())
+        if v is not None:
+            out[key] = v
+    return out
+
+
+def _kfd_nodes(root: Path) -> dict[str, list[KfdNode]]:
+    """BDF (function 0) -> its KFD GPU nodes, by render minor."""
+    nodes_dir = root / "sys/class/kfd/kfd/topology/nodes"
+    out: dict[str, list[KfdNode]] = {}
+    if not nodes_dir.is_dir():
+        return out
+    for entry in sorted(nodes_dir.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
+        props = _properties(entry / "properties")
+        if props.get("cpu_cores_count", 0) or not props.get("simd_count"):
+            continue
+        loc, domain = props.get("location_id", 0), props.get("domain", 0)
+        bdf = f"{domain:04x}:{(loc >> 8) & 0xFF:02x}:{(loc >> 3) & 0x1F:02x}.0"
+        bank = _properties(entry / "mem_banks/0/properties")
+        per_cu = props.get("simd_per_cu") or 4
+        out.setdefault(bdf, []).append(
+            KfdNode(
+                node=int(entry.name),
+                render_minor=props.get("drm_render_minor", 0),
+                compute_units=props["simd_count"] // per_cu,
+                xcc=props.get("num_xcc", 1),
+                gfx_target_version=props.get("gfx_target_version", 0),
+                memory_bytes=bank.get("size_in_bytes"),
+            )
+        )
+    for nodes in out.values():
+        nodes.sort(key=lambda n: n.render_minor)
+    return out
+
+
+def _drm(pci: Path, prefix: str) -> int | None:
+    d = pci / "drm"
+    if not d.is_dir():
+        return None
+    for entry in sorted(d.iterdir()):
+        m = re.fullmatch(prefix + r"(\d+)", entry.name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _ras(pci: Path) -> dict[str, int]:
+    out = {}
+    ras = pci / "ras"
+    for f in sorted(ras.glob("*_err_count")) if ras.is_dir() else []:
+        for line in (_read(f) or "").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "ue":
+                count = _int(value.strip())
+                if count:
+                    out[f.name.removesuffix("_err_count")] = count
+    return out
+
+
+def read_amd_gpus(root: Path) -> list[AmdGpu]:
+    """Every AMD GPU bound to amdgpu under ``root``, in PCI order."""
+    kfd = _kfd_nodes(root)
+    version = _read(root / "sys/module/amdgpu/version") or None
+    out = []
+    for fn in read_pci_functions(root, vendor=AMD_VENDOR):
+        if fn.driver != "amdgpu" or fn.class_code >> 16 not in _GPU_BASE_CLASSES:
+            continue
+        pci = Path(os.path.realpath(root / "sys/bus/pci/devices" / fn.bdf))
+        compute = _read(pci / "current_compute_partition")
+        memory = _read(pci / "current_memory_partition")
+        out.append(
+            AmdGpu(
+                fn=fn,
+                product_name=_read(pci / "product_name") or None,
+                vram_bytes=_int(_read(pci / "mem_info_vram_total")),
+                compute_partition=compute.upper() if compute else None,
+                memory_partition=memory.upper() if memory else None,
+                card=_drm(pci, "card"),
+                render_minor=_drm(pci, "renderD"),
+                driver_version=version,
+                nodes=tuple(kfd.get(fn.bdf, ())),
+                ras_uncorrectable=_ras(pci),
+            )
+        )
+    return out

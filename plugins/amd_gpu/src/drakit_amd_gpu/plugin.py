@@ -1,0 +1,157 @@
+"""drakit backend for AMD Instinct GPUs: the hooks, over sysfs.
+
+Discovery (:mod:`.discovery`) reads the DRM card's PCI device and the KFD topology;
+:mod:`.devices` publishes every GPU and, for GPUs in a partitioned compute mode, their
+partitions as partitionable devices. Prepare hands the container ``/dev/kfd`` plus the card and
+render nodes of what it was allocated (no environment: KFD shows a container only the GPUs
+whose render nodes it may open). Health comes from sysfs: uncorrectable RAS errors, or a GPU
+missing from the KFD topology. ``docs/gpu-backends.md`` is the user-facing description.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from drakit.config import PluginSettings
+from drakit.context import PluginContext
+from drakit.errors import PermanentError
+from drakit.hookspecs import hookimpl
+from drakit.models import (
+    CdiEdits,
+    ClaimInfo,
+    DeviceHealth,
+    DeviceInventory,
+    DeviceTaint,
+    NodeInfo,
+    PreparedDevice,
+)
+from drakit_amd_gpu.devices import Published, build_inventory, device_name
+from drakit_amd_gpu.discovery import AmdGpu, read_amd_gpus
+from drakit_amd_gpu.settings import AmdGpuSettings
+
+__all__ = ["AmdGpuPlugin", "AmdGpuSettings", "problem_of"]
+
+TAINT = "gpu.amd.drakit.io/unhealthy"
+
+
+def problem_of(gpu: AmdGpu) -> tuple[str, str] | None:
+    """``(taint value, message)`` when sysfs says the GPU is unhealthy, else ``None``."""
+    if gpu.ras_uncorrectable:
+        blocks = ", ".join(f"{b} {n}" for b, n in sorted(gpu.ras_uncorrectable.items()))
+        return "ras", f"uncorrectable RAS errors: {blocks}"
+    if not gpu.nodes:
+        return "kfd", "the GPU is missing from the KFD topology (amdkfd did not initialise it)"
+    return None
+
+
+class AmdGpuPlugin:
+    """The AMD Instinct GPU backend; see the module docstring."""
+
+    settings_model: ClassVar[type[PluginSettings]] = AmdGpuSettings
+    default_driver: ClassVar[str] = "gpu.amd.drakit.io"
+
+    def __init__(self, context: PluginContext) -> None:
+        self.ctx = context
+        self.settings = context.settings_as(AmdGpuSettings)
+        self._published: dict[str, Published] = {}
+        self._lock = threading.Lock()
+        self._counters_dropped = False
+
+    @hookimpl
+    def drakit_discover_devices(self, node: NodeInfo) -> DeviceInventory | None:
+        """AMD GPUs (and their partitions) from sysfs and the KFD topology."""
+        gpus = read_amd_gpus(Path(node.sysfs_root))
+        if not gpus:
+            return None
+        taints = {}
+        for gpu in gpus:
+            problem = problem_of(gpu)
+            if problem is not None:
+                taints[device_name(gpu)] = (
+                    DeviceTaint(key=TAINT, value=problem[0], effect=self.settings.taint_effect),
+                )
+        if not self._counters_dropped and "consumesCounters" in self.ctx.dropped_fields():
+            self._counters_dropped = True  # until restart: publishing them again would flap
+            self.ctx.log.warning(
+                "plugins.%s: the API server drops consumesCounters (DRAPartitionableDevices is "
+                "off); publishing whole GPUs only, without partitions",
+                self.ctx.name,
+            )
+        inventory, published = build_inventory(
+            gpus, partitions=self.settings.partitions and not self._counters_dropped, taints=taints
+        )
+        with self._lock:
+            self._published = published
+        return inventory
+
+    @hookimpl
+    def drakit_prepare_devices(
+        self, claim: ClaimInfo, held: Sequence[PreparedDevice]
+    ) -> list[PreparedDevice]:
+        """``/dev/kfd`` and the allocated GPU's or partition's card and render nodes."""
+        del held
+        with self._lock:
+            published = dict(self._published)
+        root = Path(self.ctx.node.sysfs_root)
+        out = []
+        for dev in claim.devices:
+            target = published.get(dev.device)
+            if target is None:
+                raise PermanentError(
+                    f"claim {claim.namespace}/{claim.name} request {dev.request!r}: "
+                    f"{dev.device!r} is not an AMD GPU on this node "
+                    f"(known: {', '.join(sorted(published)) or 'none'})"
+                )
+            nodes: list[dict[str, Any]] = [{"path": "/dev/kfd"}]
+            renders = [n.render_minor for n in target.nodes] or (
+                [target.gpu.render_minor] if target.gpu.render_minor is not None else []
+            )
+            for minor in renders:
+                card = target.gpu.card_of(root, minor)
+                if card is not None:
+                    nodes.append({"path": f"/dev/dri/card{card}"})
+                nodes.append({"path": f"/dev/dri/renderD{minor}"})
+            out.append(
+                PreparedDevice(
+                    request=dev.request,
+                    pool=dev.pool,
+                    device=dev.device,
+                    edits=CdiEdits(device_nodes=tuple(nodes)),
+                    state={"bdf": target.gpu.fn.bdf, "render_minors": renders},
+                )
+            )
+        return out
+
+    @hookimpl
+    def drakit_unprepare_devices(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool:
+        """Nothing to undo: prepare changes nothing on the node."""
+        del claim_uid, prepared
+        return True
+
+    @hookimpl
+    def drakit_device_health(self, node: NodeInfo) -> list[DeviceHealth] | None:
+        """Every published device, Unhealthy while sysfs reports a problem of its GPU."""
+        with self._lock:
+            published = dict(self._published)
+        if not published:
+            return None
+        fresh = {g.fn.bdf: g for g in read_amd_gpus(Path(node.sysfs_root))}
+        now = datetime.now(UTC)
+        out = []
+        for name, target in sorted(published.items()):
+            gpu = fresh.get(target.gpu.fn.bdf)
+            problem = ("gone", "the GPU is gone from sysfs") if gpu is None else problem_of(gpu)
+            out.append(
+                DeviceHealth(
+                    pool=node.name,
+                    device=name,
+                    health="Unhealthy" if problem else "Healthy",
+                    message=problem[1] if problem else "",
+                    last_updated=now,
+                )
+            )
+        return out
