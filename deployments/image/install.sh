@@ -12,7 +12,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The distributions the image ships: the core and every backend (not the test fixtures).
-PACKAGES=(drakit drakit-cpu drakit-nvidia-gpu drakit-amd-ainic drakit-composite)
+PACKAGES=(drakit drakit-cpu drakit-nvidia-gpu drakit-amd-gpu drakit-amd-ainic drakit-composite)
 
 die() { printf 'deployments/image/install.sh: %s\n' "$*" >&2; exit 1; }
 

@@ -23,6 +23,7 @@ INSTALL = REPO_ROOT / "deployments" / "image" / "install.sh"
 BACKENDS = {
     "cpu": "drakit-cpu",
     "nvidia_gpu": "drakit-nvidia-gpu",
+    "amd_gpu": "drakit-amd-gpu",
     "amd_ainic": "drakit-amd-ainic",
     "composite": "drakit-composite",
 }

@@ -11,6 +11,7 @@ import base64
 import json
 from typing import Any
 
+import kubernetes.client
 import pytest
 
 from drakit.admission import (
@@ -231,8 +232,9 @@ def review(kind: str, obj: dict[str, Any], *, dry_run: bool = True, group: str =
 
 @pytest.fixture(scope="module")
 def engine(host: PluginHost) -> Admission:
-    # dry-run reviews only: the client is never used, so it needs no server
-    return Admission(host, KubeClient(object()), SETTINGS)
+    # dry-run reviews only: the client is never used, so it points at a closed loopback port
+    api = kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
+    return Admission(host, KubeClient(api), SETTINGS)
 
 
 def cpu_claim(policy: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ def test_default_backends(capsys: pytest.CaptureFixture[str]) -> None:
     assert [d["metadata"]["name"] for d in docs] == [
         "cpu",
         "nvidia-gpu",
+        "amd-gpu",
         "amd-ainic",
         "gpu-nic-pair",
         "gpu-nic-pair-numa0",

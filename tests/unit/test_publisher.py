@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import kubernetes.client
 import pytest
 
 from drakit.errors import PermanentError, RetryableError, SliceValidationError
@@ -30,7 +31,10 @@ class FakeApi(KubeClient):
     """Just enough of an API server: resourceVersions, UIDs, preconditions, dropped fields."""
 
     def __init__(self) -> None:
-        super().__init__(None)
+        # the HTTP methods are overridden; the client only needs a base URL (a closed port)
+        super().__init__(
+            kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
+        )
         self.objects: dict[str, dict[str, Any]] = {}
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import kubernetes.client
 import pytest
 from tests.e2e.webhookproc import Certificates, make_certificates
 
@@ -34,7 +35,7 @@ def served(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates]]:
         DrakitSettings(plugins={"cpu": {}, "composite": {}}),
         NodeInfo(name="webhook", sysfs_root="/nonexistent"),
     )
-    engine = Admission(host, KubeClient(object()), AdmissionSettings())
+    engine = Admission(host, KubeClient(_unused_api()), AdmissionSettings())
     server = WebhookServer(engine, certs.cert, certs.key, address="127.0.0.1", port=0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -132,7 +133,7 @@ def test_a_half_written_pair_keeps_the_previous_certificate(
 
 def test_unreadable_files_fail_at_start(tmp_path: Path) -> None:
     host = PluginHost(DrakitSettings(plugins={}), NodeInfo(name="w", sysfs_root="/nonexistent"))
-    engine = Admission(host, KubeClient(object()), AdmissionSettings())
+    engine = Admission(host, KubeClient(_unused_api()), AdmissionSettings())
     with pytest.raises(FileNotFoundError):
         WebhookServer(engine, tmp_path / "no.crt", tmp_path / "no.key", port=0)
 
@@ -164,3 +165,8 @@ def test_the_command_refuses_a_bad_certificate_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("drakit: error: cannot serve on 127.0.0.1:0 with ")
     assert len(err.strip().splitlines()) == 1
+
+
+def _unused_api() -> kubernetes.client.ApiClient:
+    """A client for a closed loopback port: these reviews never reach the API server."""
+    return kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))

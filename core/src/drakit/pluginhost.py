@@ -154,6 +154,13 @@ class Discovered:
     counter_sets: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
     """Counter sets per (driver, pool)."""
 
+    def by_driver(self) -> dict[str, list[Device]]:
+        """Devices grouped by driver name, in discovery order (what a backend's tests check)."""
+        out: dict[str, list[Device]] = {}
+        for key, dev in self.devices.items():
+            out.setdefault(key.driver, []).append(dev)
+        return out
+
 
 class PluginHost:
     """Loads the configured backends and strategies and calls their hooks through a typed facade.
