@@ -289,7 +289,9 @@ class DriverState:
             name=ref.name,
             uid=ref.uid,
             phase=ClaimPhase.PREPARE_STARTED,
-            prepared=rec.prepared if rec is not None else {},
+            # every owning plugin is on record before it is called, so an unprepare after a
+            # crash mid-prepare still reaches it (with what it had returned, or nothing)
+            prepared={p: [] for p in plan.owners} | (rec.prepared if rec is not None else {}),
         )
         cp.claims[ref.uid] = rec
         self.store.save(cp)
