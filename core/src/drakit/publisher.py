@@ -360,6 +360,7 @@ class ResourceSlicePublisher:
         self._lock = threading.Lock()
         self._cond = threading.Condition()
         self._pending: set[str] = set()
+        self._desired_stale = False  # trigger(): the next round calls ``desired`` again
         self._cache: list[PoolSpec] | None = None
         self._pools: dict[PoolKey, _PoolState] = {}
         self._written: dict[str, _Written] = {}
@@ -395,7 +396,11 @@ class ResourceSlicePublisher:
         return state.generation if state else None
 
     def trigger(self) -> None:
-        """Ask the running loop for a round now (e.g. device health changed the taints)."""
+        """Ask the running loop for a round now (e.g. device health changed the taints).
+
+        That round calls ``desired`` again, since what changed is the desired state itself.
+        """
+        self._desired_stale = True
         self._notify("changed")
 
     def sync_once(self, *, rediscover: bool = True) -> SyncResult:
@@ -447,7 +452,8 @@ class ResourceSlicePublisher:
         next_discovery = 0.0
         try:
             while not stop_event.is_set():
-                rediscover = time.monotonic() >= next_discovery
+                rediscover = time.monotonic() >= next_discovery or self._desired_stale
+                self._desired_stale = False
                 with self._cond:  # this round reads everything afresh
                     self._pending -= {"changed", "reconnected"}
                 try:
