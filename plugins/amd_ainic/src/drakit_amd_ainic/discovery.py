@@ -21,9 +21,11 @@ __all__ = [
     "PENSANDO_VENDOR",
     "Ainic",
     "NicFunction",
+    "live_vf_addresses",
     "read_ainics",
     "read_function",
     "read_link",
+    "read_vf",
     "read_vfs",
 ]
 
@@ -193,19 +195,38 @@ def read_function(sys_root: Path, fn: PciFunction, vf_index: int | None = None) 
 def _vf_indices(pf_dir: Path) -> dict[int, str]:
     """VF index -> VF BDF, from the PF's ``virtfn<i>`` links."""
     out: dict[int, str] = {}
+    d = str(pf_dir)
     try:
-        names = os.listdir(pf_dir)
+        names = os.listdir(d)
     except OSError:
         return out
     for name in names:
         if name.startswith("virtfn") and name[6:].isdigit():
-            out[int(name[6:])] = os.path.basename(os.readlink(pf_dir / name))
+            out[int(name[6:])] = os.path.basename(os.readlink(f"{d}/{name}"))
     return dict(sorted(out.items()))
 
 
-def _is_pf(bus: Path, bdf: str) -> bool:
-    d = bus / bdf
-    return _int(_read(d / "vendor")) == PENSANDO_VENDOR and _int(_read(d / "device")) == ETH_PF
+def _small(path: str) -> bytes:
+    """A small sysfs file's bytes (empty if unreadable); no pathlib, it runs per function."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 64).strip()
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+_PF_DEVICE = f"0x{ETH_PF:04x}".encode()
+_PF_VENDOR = f"0x{PENSANDO_VENDOR:04x}".encode()
+
+
+def _is_pf(bus: str, bdf: str) -> bool:
+    d = f"{bus}/{bdf}/"
+    return _small(d + "device") == _PF_DEVICE and _small(d + "vendor") == _PF_VENDOR
 
 
 def read_ainics(root: str | Path) -> list[Ainic]:
@@ -222,7 +243,7 @@ def read_ainics(root: str | Path) -> list[Ainic]:
         return []
     out: list[Ainic] = []
     for bdf in entries:
-        if not _BDF.match(bdf) or not _is_pf(bus, bdf):
+        if not _BDF.match(bdf) or not _is_pf(str(bus), bdf):
             continue
         pf = read_pci_function(root, bdf)
         if pf is None or pf.physfn is not None:
@@ -239,6 +260,19 @@ def read_ainics(root: str | Path) -> list[Ainic]:
             )
         )
     return out
+
+
+def live_vf_addresses(nic: Ainic) -> dict[int, str]:
+    """VF index -> BDF of the PF's VFs as they are now (cheap: the ``virtfn`` links)."""
+    return _vf_indices(nic.pf.dir)
+
+
+def read_vf(root: str | Path, nic: Ainic, index: int, bdf: str) -> NicFunction | None:
+    """One VF of the PF (``None`` if it is gone)."""
+    fn = read_pci_function(root, bdf)
+    if fn is None or fn.physfn != nic.pf.bdf:
+        return None
+    return read_function(Path(root) / "sys", fn, index)
 
 
 def read_vfs(root: str | Path, nic: Ainic, *, live: bool = False) -> tuple[NicFunction, ...]:

@@ -28,7 +28,7 @@ from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
 from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
-from drakit_amd_ainic.discovery import NicFunction, read_vfs
+from drakit_amd_ainic.discovery import NicFunction, live_vf_addresses, read_vf
 from drakit_amd_ainic.ledger import Assignment, Ledger, LedgerData
 from drakit_amd_ainic.netlink import RESET, Netlink, VfSettings
 from drakit_amd_ainic.settings import AmdAinicSettings
@@ -170,13 +170,9 @@ class Preparer:
                     dirty = True
                 out.append(vf)
                 continue
-            vfs = {
-                v.vf_index: v
-                for v in read_vfs(self.root, pub.nic, live=True)
-                if v.vf_index is not None
-            }
+            vfs = live_vf_addresses(pub.nic)
             if mine is not None and mine.vf in vfs:
-                out.append(vfs[mine.vf])
+                out.append(self._vf(plan, mine.vf, vfs[mine.vf]))
                 continue
             if mine is not None:  # its VF is gone (pool recreated): choose again
                 data.assignments.remove(mine)
@@ -209,7 +205,7 @@ class Preparer:
                     f"{sorted(units)}, not one of the free VFs {sorted(free)}"
                 )
             vf_index = next(iter(units))
-            vf = vfs[vf_index]
+            vf = self._vf(plan, vf_index, vfs[vf_index])
             data.assignments.append(self._assignment(claim, dev, pub, vf))
             dirty = True
             out.append(vf)
@@ -217,9 +213,7 @@ class Preparer:
             self.ledger.save(data)  # the intent, before any VF is touched
         return out
 
-    def _grow_if_needed(
-        self, data: LedgerData, plan: _Plan, vfs: dict[int, NicFunction]
-    ) -> dict[int, NicFunction]:
+    def _grow_if_needed(self, data: LedgerData, plan: _Plan, vfs: dict[int, str]) -> dict[int, str]:
         pub = plan.pub
         pf = pub.nic.pf.bdf
         if vfs:
@@ -234,9 +228,13 @@ class Preparer:
         self.ledger.save(data)  # record before the kernel creates anything
         log.info("%s: creating %d VFs on demand", pf, pub.vf_limit)
         set_numvfs(pub.nic.pf.dir, pub.vf_limit, timeout=self.settings.vf_ready_timeout)
-        return {
-            v.vf_index: v for v in read_vfs(self.root, pub.nic, live=True) if v.vf_index is not None
-        }
+        return live_vf_addresses(pub.nic)
+
+    def _vf(self, plan: _Plan, index: int, bdf: str) -> NicFunction:
+        vf = read_vf(self.root, plan.pub.nic, index, bdf)
+        if vf is None:
+            raise RetryableError(f"{plan.where}: VF {index} ({bdf}) vanished while being chosen")
+        return vf
 
     @staticmethod
     def _assignment(
