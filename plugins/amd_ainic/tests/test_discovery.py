@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid
@@ -226,3 +227,26 @@ def test_nothing_published_without_ainics(tmp_path: Path) -> None:
         NodeInfo(name="n", sysfs_root=str(root)),
     )
     assert not host.discover().devices
+
+
+def test_the_mixed_modes_example_loads_and_publishes(roots: dict[str, Path]) -> None:
+    example = Path(__file__).parent.parent / "examples" / "mixed-modes.yaml"
+    raw = yaml.safe_load(example.read_text())
+    raw["plugins"]["amd_ainic"]["state_dir"] = str(roots["h200-8gpu-8ainic-sriov"] / "x")
+    host = PluginHost(
+        DrakitSettings(**raw),
+        NodeInfo(name="n1", sysfs_root=str(roots["h200-8gpu-8ainic-sriov"])),
+    )
+    devs = {k.device: attrs(d) for k, d in host.discover().devices.items()}
+    assert {n: a["type"] for n, a in devs.items()} == {
+        "ainic-0": "shared",
+        "ainic-1": "shared",
+        **{f"ainic-2-vf-{i}": "vf" for i in range(4)},
+        "ainic-3": "pf",
+        "ainic-4": "pf",
+        "ainic-5": "pf",
+        "ainic-6": "pf",
+    }
+    assert "ainic-7" not in devs, "left to the device plugin"
+    assert devs["ainic-6"]["rail"] == 6
+    assert {a["fabric"] for a in devs.values()} == {"cluster-a-rdma"}
