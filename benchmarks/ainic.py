@@ -22,6 +22,7 @@ Run alone: ``uv run python -m benchmarks.ainic [--repeats N]`` prints the JSON r
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import tempfile
 import uuid
@@ -109,7 +110,7 @@ def run_ainic(report: Report, repeats: int, discovery_repeats: int) -> None:
             times: list[float] = []
             for _ in range(repeats):
                 ref = _claim(claims, device, consumed)
-                got = interleaved(lambda r=ref: _prepare(state, r), 1, calib, warmup=0)
+                got = interleaved(functools.partial(_prepare, state, ref), 1, calib, warmup=0)
                 times.extend(got)
                 err = state.unprepare([ref])[ref.uid].error
                 if err:
