@@ -40,6 +40,7 @@ from drakit.cdi import CdiWriter
 from drakit.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, RetryableError
 from drakit.faults import crash_point
+from drakit.kube import ConflictError
 from drakit.models import (
     AllocatedDevice,
     ClaimInfo,
@@ -52,7 +53,12 @@ from drakit.models import (
 )
 from drakit.pluginhost import PluginHost
 
-__all__ = ["MAX_OPAQUE_BYTES", "ClaimSource", "DriverState", "PipelineObserver"]
+__all__ = [
+    "MAX_OPAQUE_BYTES",
+    "ClaimSource",
+    "DriverState",
+    "PipelineObserver",
+]
 
 log = logging.getLogger(__name__)
 
@@ -341,8 +347,48 @@ class DriverState:
         rec.phase = ClaimPhase.PREPARE_COMPLETED
         self.store.save(cp)
         crash_point("prepare-after-checkpoint")
+        self._write_network_data(ref, plan, prepared)
         log.info("prepared claim %s (uid %s): %d devices", where, ref.uid, len(plan.devices))
         return ClaimPrepareResult(devices=rec.results)
+
+    def _write_network_data(
+        self, ref: ClaimRef, plan: _Planned, prepared: dict[str, list[PreparedDevice]]
+    ) -> None:
+        """Best effort: put the prepared devices' ``networkData`` into ``status.devices``.
+
+        Only when a plugin returned some and the claim source can write status (the API
+        server's client has ``update_resource_claim_status``). Entries of
+        other drivers are kept; a conflict is retried once; a failure is logged, never the
+        claim's error (the devices are prepared).
+        """
+        ours: list[dict[str, Any]] = []
+        for plugin, devs in plan.owners.items():
+            for d, p in zip(devs, self._ordered(prepared[plugin], devs), strict=True):
+                if p.network_data is None:
+                    continue
+                entry: dict[str, Any] = {"driver": self.driver, "pool": d.pool, "device": d.device}
+                if d.share_id:
+                    entry["shareID"] = d.share_id
+                entry["networkData"] = p.network_data.to_api()
+                ours.append(entry)
+        writer = getattr(self.claims, "update_resource_claim_status", None)
+        if not ours or writer is None:
+            return
+        where = f"claim {ref.namespace}/{ref.name}"
+        for attempt in (1, 2):
+            try:
+                obj = self.claims.get_resource_claim(ref.namespace, ref.name)
+                if obj.get("metadata", {}).get("uid") != ref.uid:
+                    return
+                status = obj.setdefault("status", {})
+                keep = [e for e in status.get("devices") or [] if e.get("driver") != self.driver]
+                status["devices"] = keep + ours
+                writer(obj)
+                return
+            except DrakitError as e:
+                if attempt == 2 or not isinstance(e, ConflictError):  # noqa: PLR2004
+                    log.warning("%s: could not write status.devices networkData: %s", where, e)
+                    return
 
     def _exclusive_clash(self, cp: Checkpoint, plan: _Planned) -> str:
         """The last line of defence against double use: an exclusive device held elsewhere."""
