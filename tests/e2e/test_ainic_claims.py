@@ -264,6 +264,17 @@ def test_a_three_pods_share_one_pf_a_fourth_stays_pending(
         assert all(i.startswith("enp24s0v") for i in ifnames)
         assert len(uverbs) == 3, "each container gets its own uverbs device"
         assert all("/dev/infiniband/rdma_cm" in paths for _, paths in got)
+        for claim in claims.values():  # status.devices[].networkData, per share
+            assert claim is not None
+            meta = claim["metadata"]
+            now = cp.api(
+                "GET", f"{RESOURCE}/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}"
+            )
+            [entry] = now["status"]["devices"]
+            [r] = results(claim)
+            assert (entry["device"], entry["shareID"]) == (r["device"], r["shareID"])
+            assert entry["networkData"]["interfaceName"] in ifnames
+            assert entry["networkData"]["hardwareAddress"].startswith("02:")
     finally:
         for p in pods:
             kubelet(kubelet_standin, node, "unprepare", namespace, p)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from drakit.errors import PermanentError, RetryableError
-from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice
+from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, NetworkData, PreparedDevice
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
 from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
@@ -313,6 +313,9 @@ class Preparer:
             device=dev.device,
             edits=CdiEdits(env=tuple(env), device_nodes=tuple(nodes)),
             state=state,
+            network_data=(
+                NetworkData(interface_name=fn.ifname, hardware_address=mac) if fn.ifname else None
+            ),
         )
 
     # -- unprepare and repair ------------------------------------------------------------------
