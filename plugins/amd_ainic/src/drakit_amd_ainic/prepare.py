@@ -92,6 +92,7 @@ class Preparer:
         self.ledger = ledger
         self.select = select
         self._lock = threading.Lock()
+        self._vf_cache: dict[tuple[str, int, str], NicFunction] = {}
 
     # -- prepare -------------------------------------------------------------------------------
 
@@ -227,14 +228,27 @@ class Preparer:
         data.on_demand.setdefault(pf, 0)
         self.ledger.save(data)  # record before the kernel creates anything
         log.info("%s: creating %d VFs on demand", pf, pub.vf_limit)
+        self._forget_pool(pf)
         set_numvfs(pub.nic.pf.dir, pub.vf_limit, timeout=self.settings.vf_ready_timeout)
         return live_vf_addresses(pub.nic)
 
     def _vf(self, plan: _Plan, index: int, bdf: str) -> NicFunction:
-        vf = read_vf(self.root, plan.pub.nic, index, bdf)
+        """The VF as it was first read (its identity and the values unprepare restores)."""
+        key = (plan.pub.nic.pf.bdf, index, bdf)
+        vf = self._vf_cache.get(key)
         if vf is None:
-            raise RetryableError(f"{plan.where}: VF {index} ({bdf}) vanished while being chosen")
+            vf = read_vf(self.root, plan.pub.nic, index, bdf)
+            if vf is None:
+                raise RetryableError(
+                    f"{plan.where}: VF {index} ({bdf}) vanished while being chosen"
+                )
+            self._vf_cache[key] = vf
         return vf
+
+    def _forget_pool(self, pf: str) -> None:
+        """VFs of ``pf`` were created or removed: what was read about them is stale."""
+        for key in [k for k in self._vf_cache if k[0] == pf]:
+            del self._vf_cache[key]
 
     @staticmethod
     def _assignment(
@@ -358,6 +372,7 @@ class Preparer:
         for pf in idle:
             pf_dir = self.root / "sys" / "bus" / "pci" / "devices" / pf
             log.info("%s: pool idle, removing its on-demand VFs", pf)
+            self._forget_pool(pf)
             set_numvfs(pf_dir.resolve(), data.on_demand[pf], timeout=self.settings.vf_ready_timeout)
             del data.on_demand[pf]
             self.ledger.save(data)
