@@ -33,7 +33,7 @@ def test_numvfs_writes_create_and_remove_vfs(tmp_path: Path) -> None:
     before = links(root)
     with SriovKernel(spec, root) as kernel:
         (pf / "sriov_numvfs").write_text("3\n")
-        wait(lambda: len(list(pf.glob("virtfn*"))) == 3)
+        wait(lambda: len(list(pf.glob("virtfn*/infiniband_verbs/uverbs*/dev"))) == 3)
         vf = (pf / "virtfn2").resolve()
         assert (vf / "physfn").resolve() == pf
         assert os.listdir(vf / "net") == ["enp24s0v2"]

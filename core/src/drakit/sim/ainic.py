@@ -132,7 +132,8 @@ class SriovKernel:
         for pf in self._pfs:
             pf_dir = Path(os.path.realpath(self.root / "sys/bus/pci/devices" / pf))
             try:
-                wanted = int((pf_dir / "sriov_numvfs").read_text().strip() or "0")
+                # an empty read is a write in progress (truncated, not yet written): wait
+                wanted = int((pf_dir / "sriov_numvfs").read_text().strip())
             except (OSError, ValueError):
                 continue
             have = len(list(pf_dir.glob("virtfn*")))
@@ -144,11 +145,11 @@ class SriovKernel:
                 try:
                     self._builder.enable_vfs(self.root, pf, wanted)
                 except ValueError as e:
-                    self.refused.append(f"{pf}: {e}")
                     (pf_dir / "sriov_numvfs").write_text("0\n")
+                    self.refused.append(f"{pf}: {e}")
             else:
-                self.refused.append(f"{pf}: {have} VFs already enabled, disable first")
                 (pf_dir / "sriov_numvfs").write_text(f"{have}\n")
+                self.refused.append(f"{pf}: {have} VFs already enabled, disable first")
 
     def _remove(self, pf_dir: Path) -> None:
         sys_dir = self.root / "sys"
@@ -165,8 +166,9 @@ class SriovKernel:
             if drv.is_symlink():
                 (Path(os.path.realpath(drv)) / vf_dir.name).unlink(missing_ok=True)
             (sys_dir / "bus/pci/devices" / vf_dir.name).unlink(missing_ok=True)
-            link.unlink()
             shutil.rmtree(vf_dir)
+        for link in sorted(pf_dir.glob("virtfn*")):  # last: "no virtfn" means all gone
+            link.unlink()
 
 
 def _walk(fns: tuple[PciDeviceSpec, ...]) -> list[PciDeviceSpec]:

@@ -2,8 +2,9 @@
 
 The kernel refuses to change a non-zero VF count to another non-zero one (``EBUSY``, "Disable
 before enabling"), may enable fewer VFs than asked, and creates the VF functions and netdevs
-asynchronously from the writer's point of view (probe, then udev). So: write ``0`` first when
-needed, write ``N``, re-read the file, and wait until ``virtfn<i>`` and each VF's netdev exist.
+asynchronously from the writer's point of view (probe, then udev; the RDMA auxiliary driver
+after the netdev). So: write ``0`` first when needed, write ``N``, re-read the file, and wait
+until ``virtfn<i>``, each bound VF's netdev and, on an RDMA-capable PF, its uverbs node exist.
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ def _ready(pf_dir: Path, n: int) -> bool:
     links = _virtfns(pf_dir)
     if len(links) != n:
         return False
+    rdma = (pf_dir / "infiniband").is_dir()
     for link in links:
         vf = pf_dir / link
-        if (vf / "driver").is_symlink() and not (vf / "net").is_dir():
+        if not (vf / "driver").is_symlink():
+            continue  # unbound: no netdev to wait for
+        if not (vf / "net").is_dir():
             return False  # bound to a driver but its netdev is not there yet
+        if rdma and not any((vf / "infiniband_verbs").glob("uverbs*/ibdev")):
+            return False  # ionic_rdma binds after ionic: its uverbs node comes last
     return True
 
 
