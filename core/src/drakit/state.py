@@ -347,14 +347,18 @@ class DriverState:
         rec.phase = ClaimPhase.PREPARE_COMPLETED
         self.store.save(cp)
         crash_point("prepare-after-checkpoint")
-        self._write_network_data(ref, plan, prepared)
+        if any(p.network_data for devs in prepared.values() for p in devs):
+            try:  # off the kubelet's call: two API round trips it need not wait for
+                self._pool.submit(self._write_network_data, ref, plan, prepared)
+            except RuntimeError:  # the pool is shut down: the node is stopping
+                log.info("claim %s: stopping, networkData not written", ref.uid)
         log.info("prepared claim %s (uid %s): %d devices", where, ref.uid, len(plan.devices))
         return ClaimPrepareResult(devices=rec.results)
 
     def _write_network_data(
         self, ref: ClaimRef, plan: _Planned, prepared: dict[str, list[PreparedDevice]]
     ) -> None:
-        """Best effort: put the prepared devices' ``networkData`` into ``status.devices``.
+        """Best effort, in the GET pool: put the devices' ``networkData`` into ``status.devices``.
 
         Only when a plugin returned some and the claim source can write status (the API
         server's client has ``update_resource_claim_status``). Entries of
