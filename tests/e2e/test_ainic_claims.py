@@ -21,6 +21,7 @@ clears both.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import time
@@ -192,6 +193,12 @@ def make_pod(
     return claim
 
 
+def status_written(cp: ControlPlane, path: str) -> dict[str, Any] | None:
+    """The claim once its ``status.devices`` is set."""
+    claim = cp.api("GET", path)
+    return claim if claim.get("status", {}).get("devices") else None
+
+
 def results(claim: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = claim["status"]["allocation"]["devices"]["results"]
     return out
@@ -267,8 +274,11 @@ def test_a_three_pods_share_one_pf_a_fourth_stays_pending(
         for claim in claims.values():  # status.devices[].networkData, per share
             assert claim is not None
             meta = claim["metadata"]
-            now = cp.api(
-                "GET", f"{RESOURCE}/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}"
+            path = f"{RESOURCE}/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}"
+            now = wait_for(
+                functools.partial(status_written, cp, path),
+                timeout=30,
+                what="status.devices to be written",
             )
             [entry] = now["status"]["devices"]
             [r] = results(claim)
