@@ -57,6 +57,9 @@ EXPECTED: dict[str, Expect] = {
     "epyc-genoa-2s-nps4": Expect(2, 192, 384, 8, 24, model="EPYC 9654"),
     "spr-2s-snc2": Expect(2, 112, 224, 4, 2, model="8480+"),
     "mi300x-8gpu-8ainic": Expect(2, 96, 192, 2, 16, gpus=8, nics=8, model="EPYC 9474F"),
+    "mi300x-8gpu-8ainic-16vf": Expect(
+        2, 96, 192, 2, 16, gpus=8, nics=8, vfs_per_nic=16, model="EPYC 9474F"
+    ),
     "dgx-h100": Expect(2, 112, 224, 2, 2, gpus=8, nics=8, model="8480C"),
     "h200-8gpu-8ainic": Expect(2, 112, 224, 2, 2, gpus=8, nics=8, model="8480+"),
     "h200-8gpu-8ainic-sriov": Expect(
@@ -65,7 +68,12 @@ EXPECTED: dict[str, Expect] = {
 }
 ALL = sorted(EXPECTED)
 PCI = [name for name in ALL if EXPECTED[name].gpus]
-AINIC = ["mi300x-8gpu-8ainic", "h200-8gpu-8ainic", "h200-8gpu-8ainic-sriov"]
+AINIC = [
+    "mi300x-8gpu-8ainic",
+    "mi300x-8gpu-8ainic-16vf",
+    "h200-8gpu-8ainic",
+    "h200-8gpu-8ainic-sriov",
+]
 NVIDIA = ["dgx-h100", "h200-8gpu-8ainic", "h200-8gpu-8ainic-sriov"]
 
 PENSANDO, IONIC_PF, IONIC_VF = 0x1DD8, 0x1002, 0x1003

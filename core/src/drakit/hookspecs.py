@@ -198,7 +198,9 @@ def drakit_unprepare_devices(claim_uid: str, prepared: Sequence[PreparedDevice])
 
     Args:
         claim_uid: the claim's UID (the claim object may no longer exist).
-        prepared: exactly what prepare returned for this plugin, from the checkpoint.
+        prepared: exactly what prepare returned for this plugin, from the checkpoint; empty
+            when a crash interrupted the prepare before its result was recorded (a plugin with
+            side effects of its own then undoes them by ``claim_uid``).
 
     Returns:
         ``True`` (or ``None``) when done.

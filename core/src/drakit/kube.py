@@ -514,6 +514,23 @@ class KubeClient:
             raise RetryableError(f"{what}: the API server sent {type(doc).__name__}, not an object")
         return doc
 
+    def update_resource_claim_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a ResourceClaim's status; ``metadata.resourceVersion`` makes it conditional.
+
+        Raises:
+            ConflictError: The claim changed since ``resourceVersion`` was read.
+            NotFoundError: There is no such claim.
+        """
+        meta = obj["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        return self._send(
+            "PUT",
+            f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
+            f"/resourceclaims/{quote(name, safe='')}/status",
+            what=f"update the status of ResourceClaim {namespace}/{name}",
+            body=obj,
+        )
+
     # -------------------------------------------------------------------- events
 
     def create_event(

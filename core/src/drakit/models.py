@@ -39,6 +39,7 @@ __all__ = [
     "DeviceInventory",
     "DeviceKey",
     "DeviceTaint",
+    "NetworkData",
     "NodeInfo",
     "PreparedDevice",
     "PreparedDeviceRef",
@@ -389,6 +390,27 @@ class CdiEdits(_Frozen):
         return out
 
 
+class NetworkData(_Frozen):
+    """``status.devices[].networkData`` of a ResourceClaim: what a network device became.
+
+    Core writes it to the claim after a successful prepare (``interfaceName`` as the pod sees
+    it, ``hardwareAddress``, ``ips`` in CIDR form).
+    """
+
+    interface_name: str | None = Field(default=None, alias="interfaceName", max_length=256)
+    hardware_address: str | None = Field(default=None, alias="hardwareAddress", max_length=128)
+    ips: tuple[str, ...] = ()
+
+    def to_api(self) -> dict[str, Any]:
+        """The ``resource.k8s.io/v1`` JSON form (unset fields left out)."""
+        out: dict[str, Any] = self.model_dump(by_alias=True, exclude_none=True)
+        if not self.ips:
+            out.pop("ips", None)
+        else:
+            out["ips"] = list(self.ips)
+        return out
+
+
 class PreparedDevice(_Frozen):
     """What a plugin's prepare hook returns for one device.
 
@@ -401,6 +423,11 @@ class PreparedDevice(_Frozen):
     device: str
     edits: CdiEdits = CdiEdits()
     state: dict[str, Any] = Field(default_factory=dict)
+    network_data: NetworkData | None = Field(
+        default=None,
+        alias="networkData",
+        description="Written to the claim's status.devices[] after prepare (network devices)",
+    )
 
 
 class DeviceHealth(_Frozen):

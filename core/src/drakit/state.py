@@ -38,7 +38,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +51,7 @@ from drakit.cdi import CdiWriter
 from drakit.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, RetryableError
 from drakit.faults import crash_point
+from drakit.kube import ConflictError
 from drakit.models import (
     AllocatedDevice,
     ClaimInfo,
@@ -207,6 +208,16 @@ class DriverState:
         self._lock_path = self.dir / "serialize.lock"
         self._get_workers = get_workers
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _workers(self) -> ThreadPoolExecutor:
+        """The GET worker pool, started on first use (claim GETs, networkData writes)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self._get_workers, thread_name_prefix="claim-get"
+                )
+            return self._pool
 
     def close(self) -> None:
         """Stop the GET worker pool and release the checkpoint's directory handle."""
@@ -292,11 +303,7 @@ class DriverState:
         if len(valid) == 1:  # the common case: no hand-off to another thread
             fetched = [self._fetch(valid[0])]
         elif valid:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    max_workers=self._get_workers, thread_name_prefix="claim-get"
-                )
-            fetched = list(self._pool.map(self._fetch, valid))
+            fetched = list(self._workers().map(self._fetch, valid))
         else:
             return out
         with self._serialized():
@@ -470,7 +477,10 @@ class DriverState:
             return out | self._failed(completed, e, {})
         for plan in completed:
             crash_point("prepare-after-checkpoint")
-            out[plan.ref.uid] = ClaimPrepareResult(devices=cp.claims[plan.ref.uid].results)
+            rec = cp.claims[plan.ref.uid]
+            out[plan.ref.uid] = ClaimPrepareResult(devices=rec.results)
+            if any(p.network_data for devs in rec.prepared.values() for p in devs):
+                self._submit_network_data(plan, rec.prepared)
             log.info(
                 "prepared claim %s (uid %s): %d devices",
                 self._where(plan.ref),
@@ -527,7 +537,9 @@ class DriverState:
                 name=ref.name,
                 uid=ref.uid,
                 phase=ClaimPhase.PREPARE_STARTED,
-                prepared=rec.prepared if rec is not None else {},
+                # every owning plugin is on record before it is called, so an unprepare after a
+                # crash mid-prepare still reaches it (with what it had returned, or nothing)
+                prepared={p: [] for p in plan.owners} | (rec.prepared if rec is not None else {}),
             )
             todo.append(plan)
         return todo
@@ -629,6 +641,55 @@ class DriverState:
                     "again until that claim is unprepared (retryable)"
                 )
         return ""
+
+    def _submit_network_data(
+        self, plan: _Planned, prepared: Mapping[str, Sequence[PreparedDevice]]
+    ) -> None:
+        """Write the devices' ``networkData`` off the kubelet's call (two API round trips)."""
+        try:
+            self._workers().submit(self._write_network_data, plan, prepared)
+        except RuntimeError:  # the pool is shut down: the node is stopping
+            log.info("claim %s: stopping, networkData not written", plan.ref.uid)
+
+    def _write_network_data(
+        self, plan: _Planned, prepared: Mapping[str, Sequence[PreparedDevice]]
+    ) -> None:
+        """Best effort, in the GET pool: put the devices' ``networkData`` into ``status.devices``.
+
+        Only when a plugin returned some and the claim source can write status (the API
+        server's client has ``update_resource_claim_status``). Entries of other drivers are
+        kept; a conflict is retried once; a failure is logged, never the claim's error (the
+        devices are prepared).
+        """
+        ref = plan.ref
+        ours: list[dict[str, Any]] = []
+        for plugin, devs in plan.owners.items():
+            for d, p in zip(devs, self._ordered(list(prepared[plugin]), devs), strict=True):
+                if p.network_data is None:
+                    continue
+                entry: dict[str, Any] = {"driver": self.driver, "pool": d.pool, "device": d.device}
+                if d.share_id:
+                    entry["shareID"] = d.share_id
+                entry["networkData"] = p.network_data.to_api()
+                ours.append(entry)
+        writer = getattr(self.claims, "update_resource_claim_status", None)
+        if not ours or writer is None:
+            return
+        where = self._where(ref)
+        for attempt in (1, 2):
+            try:
+                obj = self.claims.get_resource_claim(ref.namespace, ref.name)
+                if obj.get("metadata", {}).get("uid") != ref.uid:
+                    return
+                status = obj.setdefault("status", {})
+                keep = [e for e in status.get("devices") or [] if e.get("driver") != self.driver]
+                status["devices"] = keep + ours
+                writer(obj)
+                return
+            except DrakitError as e:
+                if attempt == 2 or not isinstance(e, ConflictError):  # noqa: PLR2004
+                    log.warning("%s: could not write status.devices networkData: %s", where, e)
+                    return
 
     @staticmethod
     def _cdi_device(d: AllocatedDevice) -> str:

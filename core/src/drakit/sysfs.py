@@ -21,6 +21,7 @@ __all__ = [
     "PCI_BUS_ID",
     "PciFunction",
     "pci_distance",
+    "read_pci_function",
     "read_pci_functions",
     "standard_pci_attributes",
 ]
@@ -122,6 +123,17 @@ def _function(sys_root: Path, bdf: str) -> PciFunction | None:
         netdevs=tuple(sorted(p.name for p in net.iterdir())) if net.is_dir() else (),
         rdma_devices=tuple(sorted(p.name for p in ib.iterdir())) if ib.is_dir() else (),
     )
+
+
+def read_pci_function(root: str | Path, bdf: str) -> PciFunction | None:
+    """One PCI function by BDF (``None`` if it does not exist or is not a PCI device).
+
+    Cheaper than :func:`read_pci_functions` when a backend already knows the addresses (the
+    VFs behind a PF's ``virtfn<i>`` links).
+    """
+    if not _BDF.match(bdf):
+        return None
+    return _function(Path(root) / "sys", bdf)
 
 
 def read_pci_functions(root: str | Path, *, vendor: int | None = None) -> list[PciFunction]:

@@ -10,6 +10,7 @@ sysfs seam is faked. NVIDIA GPUs additionally get ``<root>/drakit-sim/nvml.json`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -491,6 +492,8 @@ class SysfsBuilder:
         name = rdma.name
         ib = f"{d}/infiniband/{name}"
         tree.write(f"{ib}/node_type", "1: CA")
+        if rdma.fw_ver:
+            tree.write(f"{ib}/fw_ver", rdma.fw_ver)
         port = f"{ib}/ports/1"
         tree.write(f"{port}/state", "4: ACTIVE")
         tree.write(f"{port}/phys_state", "5: LinkUp")
@@ -524,10 +527,24 @@ class SysfsBuilder:
         tree.write(f"{d}/sriov_stride", sriov.stride)
         tree.write(f"{d}/sriov_vf_device", f"{sriov.vf_device:x}")
         tree.write(f"{d}/sriov_drivers_autoprobe", 1)
+        self._write_vfs(tree, parent=parent, d=d, fn=fn, sriov=sriov, ctx=ctx, state=state)
+
+    def _write_vfs(
+        self,
+        tree: _Tree,
+        *,
+        parent: str,
+        d: str,
+        fn: PciDeviceSpec,
+        sriov: SriovSpec,
+        ctx: _FnContext,
+        state: _PciState,
+    ) -> None:
         domain, bus, devfn = fn.address.split(":")
         slot, func = devfn.split(".")
         rid = int(bus, 16) << 8 | int(slot, 16) << 3 | int(func)
         pf_netdev = fn.netdevs[0] if fn.netdevs else None
+        fw_ver = fn.rdma[0].fw_ver if fn.rdma else ""
         for i in range(sriov.num_vfs):
             vf_rid = rid + sriov.offset + i * sriov.stride
             if vf_rid > _MAX_ROUTING_ID:
@@ -546,11 +563,12 @@ class SysfsBuilder:
             tree.link(f"{vf_dir}/physfn", d)
             tree.link(f"{d}/virtfn{i}", vf_dir)
             if sriov.vf_driver is not None and sriov.vf_netdevs and pf_netdev is not None:
+                name = f"{pf_netdev.name}v{i}"
                 self._write_netdev(
                     tree,
                     vf_dir,
                     NetDevSpec(
-                        name=f"{pf_netdev.name}v{i}",
+                        name=name,
                         # locally administered, unique per VF routing id
                         mac=f"02:00:{int(domain, 16) & 0xFF:02x}:"
                         f"{vf_rid >> 8:02x}:{vf_rid & 0xFF:02x}:00",
@@ -558,9 +576,70 @@ class SysfsBuilder:
                         operstate=pf_netdev.operstate,
                         speed_mbps=pf_netdev.speed_mbps,
                         link_type=pf_netdev.link_type,
+                        queues=sriov.vf_queues,
                     ),
                     state,
                 )
+                if sriov.vf_rdma:
+                    rdma_name = "roce" + name.removeprefix("en")
+                    self._write_rdma(
+                        tree, vf_dir, RdmaSpec(name=rdma_name, netdev=name, fw_ver=fw_ver), state
+                    )
+
+    def enable_vfs(self, root: Path, pf_address: str, num_vfs: int) -> None:
+        """Create ``num_vfs`` VFs of a PF in an already built tree, as the kernel would.
+
+        The kernel creates VFs when ``sriov_numvfs`` is written; :mod:`drakit.sim.ainic` calls
+        this for the simulated kernel. The PF must have no VFs yet.
+
+        Raises:
+            SimSpecError: the spec has no SR-IOV PF at that address, or ``num_vfs`` exceeds its
+                ``sriov_totalvfs``.
+        """
+        found = self._find(pf_address)
+        parent, fn, ctx = found if found is not None else ("", None, None)
+        if fn is None or fn.sriov is None or ctx is None:
+            raise SimSpecError(f"{pf_address} is not an SR-IOV physical function of the spec")
+        if not 0 <= num_vfs <= fn.sriov.total_vfs:
+            raise SimSpecError(f"num_vfs {num_vfs} not in 0..{fn.sriov.total_vfs}")
+        state = _PciState()
+        state.ifindex = max(_numbers(root / "sys/class/net", "*/ifindex", read=True), default=1)
+        state.uverbs = max(_numbers(root / "sys/class/infiniband_verbs", "uverbs*"), default=-1) + 1
+        sriov = dataclasses.replace(fn.sriov, num_vfs=num_vfs)
+        tree = _Tree(root)
+        self._write_vfs(
+            tree,
+            parent=parent,
+            d=f"{parent}/{pf_address}",
+            fn=fn,
+            sriov=sriov,
+            ctx=ctx,
+            state=state,
+        )
+
+    def _find(self, address: str) -> tuple[str, PciDeviceSpec, _FnContext] | None:
+        def walk(
+            parent: str, fns: Sequence[PciDeviceSpec], ctx: _FnContext
+        ) -> tuple[str, PciDeviceSpec, _FnContext] | None:
+            for fn in fns:
+                if fn.address == address:
+                    return parent, fn, ctx
+                got = walk(f"{parent}/{fn.address}", fn.children, ctx)
+                if got is not None:
+                    return got
+            return None
+
+        for root in self.spec.pci_roots:
+            local = self._local_cpus(root.numa_node)
+            ctx = _FnContext(
+                numa_node=root.numa_node,
+                local_list=format_cpulist(local),
+                local_mask=format_cpumask(local, self.spec.cpu.total_cpus),
+            )
+            got = walk(f"sys/devices/{root.name}", root.children, ctx)
+            if got is not None:
+                return got
+        return None
 
     # -- metadata -------------------------------------------------------------------------
 
@@ -576,6 +655,16 @@ class _FnContext:
     numa_node: int
     local_list: str
     local_mask: str
+
+
+def _numbers(base: Path, pattern: str, *, read: bool = False) -> list[int]:
+    """Numbers in the names (or, with ``read``, the contents) of ``base/pattern``."""
+    out = []
+    for p in base.glob(pattern):
+        text = p.read_text().strip() if read else p.name.lstrip("abcdefghijklmnopqrstuvwxyz")
+        if text.isdigit():
+            out.append(int(text))
+    return out
 
 
 class _PciState:

@@ -202,7 +202,13 @@ def _tree(
     )
 
 
-def _pollara(address: str, bus: int, index: int, sriov_vfs: int) -> PciDeviceSpec:
+POLLARA_FW = "1.117.1-a-63"
+"""Firmware version the simulated AINICs report (a simulation choice, see the docs)."""
+
+
+def _pollara(
+    address: str, bus: int, index: int, sriov_vfs: int, total_vfs: int = 8
+) -> PciDeviceSpec:
     ifname = f"enp{bus}s0"
     return PciDeviceSpec(
         address=address,
@@ -221,12 +227,18 @@ def _pollara(address: str, bus: int, index: int, sriov_vfs: int) -> PciDeviceSpe
                 queues=16,
             ),
         ),
-        rdma=(RdmaSpec(name=f"ionic_{index}", link_layer="Ethernet", netdev=ifname),),
+        rdma=(
+            RdmaSpec(
+                name=f"ionic_{index}", link_layer="Ethernet", netdev=ifname, fw_ver=POLLARA_FW
+            ),
+        ),
         sriov=SriovSpec(
-            total_vfs=8,
+            total_vfs=total_vfs,
             num_vfs=sriov_vfs,
             vf_device=D_IONIC_VF,
-            vf_driver="ionic" if sriov_vfs else None,
+            vf_driver="ionic",
+            vf_queues=4,
+            vf_rdma=True,
         ),
         label=f"AINIC{index}",
     )
@@ -363,14 +375,17 @@ _MI300X_ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _mi300x_roots() -> tuple[PciRootSpec, ...]:
+def _mi300x_roots(vfs: int = 0, total_vfs: int = 8) -> tuple[PciRootSpec, ...]:
     roots = []
     for i, (gpu_path, nic_path) in enumerate(_MI300X_ROWS):
         gpu_parts, nic_parts = gpu_path.split("/"), nic_path.split("/")
         nic_bus = int(nic_parts[-1][:2], 16)
         leaves = [
             (gpu_parts[:-1], _mi300x(f"0000:{gpu_parts[-1]}", i)),
-            (nic_parts[:-1], _pollara(f"0000:{nic_parts[-1]}", nic_bus, i, sriov_vfs=0)),
+            (
+                nic_parts[:-1],
+                _pollara(f"0000:{nic_parts[-1]}", nic_bus, i, sriov_vfs=vfs, total_vfs=total_vfs),
+            ),
         ]
         bridges = (RP_GENOA, PEX890XX, PEX890XX, AMD_GPU_US, AMD_GPU_DS)
         roots.append(
@@ -443,6 +458,18 @@ def _mi300x_8gpu_8ainic() -> MachineSpec:
     )
 
 
+def _mi300x_8gpu_8ainic_16vf() -> MachineSpec:
+    return MachineSpec(
+        name="mi300x-8gpu-8ainic-16vf",
+        description=(
+            "8x AMD Instinct MI300X + 8x AMD Pollara 400 AINIC with 16 VFs each bound to ionic "
+            "(queues, RDMA devices), 2x EPYC 9474F"
+        ),
+        cpu=_genoa("AMD EPYC 9474F 48-Core Processor", 48, 6, nps=1, mem_node_gib=1536, mhz=3600.0),
+        pci_roots=_mi300x_roots(vfs=16, total_vfs=16),
+    )
+
+
 def _dgx_h100() -> MachineSpec:
     gpus = [(bdf, "NVIDIA H100 80GB HBM3", 81559, 80) for bdf in _hgx_gpu_bdfs()]
     return MachineSpec(
@@ -480,6 +507,7 @@ _FACTORIES: dict[str, Callable[[], MachineSpec]] = {
     "epyc-genoa-2s-nps4": _epyc_genoa_2s_nps4,
     "spr-2s-snc2": _spr_2s_snc2,
     "mi300x-8gpu-8ainic": _mi300x_8gpu_8ainic,
+    "mi300x-8gpu-8ainic-16vf": _mi300x_8gpu_8ainic_16vf,
     "dgx-h100": _dgx_h100,
     "h200-8gpu-8ainic": lambda: _h200_ainic("h200-8gpu-8ainic", 0),
     "h200-8gpu-8ainic-sriov": lambda: _h200_ainic("h200-8gpu-8ainic-sriov", 4),

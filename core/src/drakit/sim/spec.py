@@ -211,11 +211,13 @@ class RdmaSpec:
             BDF to name through sysfs and never guess it.
         link_layer: ``Ethernet`` (RoCE) or ``InfiniBand`` for port 1.
         netdev: netdev named in port 1's ``gid_attrs/ndevs/0`` (RoCE); ``None`` for none.
+        fw_ver: the device's ``fw_ver`` file (firmware version); empty writes none.
     """
 
     name: str
     link_layer: Literal["Ethernet", "InfiniBand"] = "Ethernet"
     netdev: str | None = None
+    fw_ver: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -234,6 +236,9 @@ class SriovSpec:
         stride: ``sriov_stride``.
         vf_driver: driver the VFs are bound to (``None`` = unbound, no netdevs).
         vf_netdevs: give each VF bound to a driver a netdev named ``<pf netdev>v<i>``.
+        vf_queues: active rx/tx queues of each VF netdev.
+        vf_rdma: give each VF with a netdev an RDMA device (udev-style name
+            ``roce<netdev minus "en">``, e.g. ``rocep24s0v0``) with the PF's firmware version.
     """
 
     total_vfs: int
@@ -243,6 +248,8 @@ class SriovSpec:
     stride: int = 1
     vf_driver: str | None = None
     vf_netdevs: bool = True
+    vf_queues: int = 0
+    vf_rdma: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_vfs <= self.total_vfs:

@@ -1,118 +1,114 @@
-"""drakit backend for AMD AI NICs (Pensando "Pollara 400"): one device per Ethernet PF.
+"""drakit backend for AMD AI NICs (Pensando "Pollara 400"): PFs, VFs and shared PFs.
 
-Discovery maps each PF to its netdev and RDMA device through sysfs (never by name), and
-publishes the standard placement attributes so claims can align NICs with GPUs by
-``resource.kubernetes.io/pcieRoot`` or ``numaNode``.
+The hooks only; the work is in the modules beside this one: :mod:`.discovery` (sysfs),
+:mod:`.devices` (modes, attributes, capacities, rails), :mod:`.config` (``NicConfig``),
+:mod:`.prepare` (VF choice, settings, CDI, ledger), :mod:`.health`, :mod:`.netlink` (the
+pyroute2 seam) and :mod:`.strategies`. ``docs/ainic-backend.md`` is the user-facing description.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
-from drakit.errors import PermanentError
+from drakit.errors import RetryableError
 from drakit.hookspecs import hookimpl
-from drakit.models import (
-    CdiEdits,
-    ClaimInfo,
-    Device,
-    DeviceAttribute,
-    DeviceInventory,
-    NodeInfo,
-    PreparedDevice,
-)
-from drakit.sysfs import PciFunction, read_pci_functions, standard_pci_attributes
+from drakit.models import ClaimInfo, DeviceHealth, DeviceInventory, NodeInfo, PreparedDevice
+from drakit.strategy_models import SelectionRequest, SelectionResult
+from drakit_amd_ainic.config import parse_nic_config
+from drakit_amd_ainic.devices import Published, build_devices
+from drakit_amd_ainic.discovery import read_ainics
+from drakit_amd_ainic.health import device_health
+from drakit_amd_ainic.ledger import Ledger
+from drakit_amd_ainic.netlink import netlink_for
+from drakit_amd_ainic.prepare import SELECTION_KIND, Preparer
+from drakit_amd_ainic.settings import AmdAinicSettings
+from drakit_amd_ainic.strategies import LEAST_LOADED, least_loaded
 
 __all__ = ["AmdAinicPlugin", "AmdAinicSettings"]
 
-PENSANDO_VENDOR = 0x1DD8
-ETH_PF = 0x1002
 
+@dataclass(frozen=True)
+class _View:
+    """One discovery round, swapped in whole (prepare and health read one snapshot)."""
 
-class AmdAinicSettings(PluginSettings):
-    """``plugins.amd_ainic``."""
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="ascii").strip()
-    except OSError:
-        return None
+    published: Mapping[str, Published]
 
 
 class AmdAinicPlugin:
-    """Publishes each AINIC PF as a device ``ainic-<n>`` (in PCI order)."""
+    """The AINIC backend; see the module docstring."""
 
     settings_model: ClassVar[type[PluginSettings]] = AmdAinicSettings
     default_driver: ClassVar[str] = "ainic.amd.drakit.io"
 
     def __init__(self, context: PluginContext) -> None:
         self.ctx = context
-        self._nics: dict[str, PciFunction] = {}
+        self.settings = context.settings_as(AmdAinicSettings)
+        self.root = Path(context.node.sysfs_root)
+        self.preparer = Preparer(
+            self.root,
+            self.settings,
+            netlink_for(self.settings.netlink, self.root),
+            Ledger(Path(self.settings.state_dir)),
+            context.select,
+        )
+        self._view = _View(published={})
+
+    @property
+    def published(self) -> Mapping[str, Published]:
+        """Device name -> what it stands for, from the last discovery round."""
+        return self._view.published
 
     @hookimpl
     def drakit_discover_devices(self, node: NodeInfo) -> DeviceInventory | None:
-        """AINIC PFs with their netdev, RDMA device, SR-IOV limits and placement."""
-        root = Path(node.sysfs_root)
-        pfs = [f for f in read_pci_functions(root, vendor=PENSANDO_VENDOR) if f.device == ETH_PF]
-        if not pfs:
+        """AINIC PFs and VFs, published per their configured mode."""
+        nics = read_ainics(node.sysfs_root)
+        if not nics:
+            self._view = _View(published={})
             return None
-        self._nics = {f"ainic-{i}": fn for i, fn in enumerate(pfs)}
-        devices = []
-        for name, fn in self._nics.items():
-            attrs: dict[str, int | str | bool] = {
-                "type": "nic",
-                "pciVendorID": f"{fn.vendor:04x}",
-                "pciDeviceID": f"{fn.device:04x}",
-                "rdma": bool(fn.rdma_devices),
-                **standard_pci_attributes(fn),
-            }
-            if fn.netdevs:
-                ifname = fn.netdevs[0]
-                attrs["ifName"] = ifname
-                speed = _read(root / "sys" / "class" / "net" / ifname / "speed")
-                if speed and speed.lstrip("-").isdigit() and int(speed) > 0:
-                    attrs["linkSpeedMbps"] = int(speed)
-            if fn.rdma_devices:
-                attrs["rdmaDevice"] = fn.rdma_devices[0]
-            if fn.sriov_totalvfs is not None:
-                attrs["sriovTotalVFs"] = fn.sriov_totalvfs
-            devices.append(
-                Device(
-                    name=name,
-                    attributes={k: DeviceAttribute.model_validate(v) for k, v in attrs.items()},
-                )
-            )
+        devices, published = build_devices(nics, self.settings, Path(node.sysfs_root))
+        self._view = _View(published=published)
         return DeviceInventory(devices=tuple(devices))
 
     @hookimpl
-    def drakit_prepare_devices(self, claim: ClaimInfo) -> list[PreparedDevice]:
-        """Hand the RDMA char devices of each allocated NIC to the container."""
-        out = []
-        for dev in claim.devices:
-            fn = self._nics.get(dev.device)
-            if fn is None:
-                raise PermanentError(
-                    f"request {dev.request!r}: device {dev.device!r} is not an AINIC on this "
-                    f"node (known: {', '.join(sorted(self._nics)) or 'none'})"
-                )
-            nodes = [{"path": "/dev/infiniband/rdma_cm"}]
-            env = [f"DRAKIT_AINIC_{dev.device.upper().replace('-', '_')}={fn.bdf}"]
-            if fn.netdevs:
-                env.append(f"DRAKIT_AINIC_IFNAME_{fn.netdevs[0]}={fn.bdf}")
-            out.append(
-                PreparedDevice(
-                    request=dev.request,
-                    pool=dev.pool,
-                    device=dev.device,
-                    edits=CdiEdits(env=tuple(env), device_nodes=tuple(nodes)),
-                )
-            )
-        return out
+    def drakit_parse_config(
+        self, api_version: str, kind: str, parameters: Mapping[str, Any]
+    ) -> BaseModel | None:
+        """Validate a ``NicConfig``; errors name the field (``vf.vlan: ...``)."""
+        return parse_nic_config(api_version, kind, parameters)
+
+    @hookimpl
+    def drakit_prepare_devices(
+        self, claim: ClaimInfo, held: Sequence[PreparedDevice]
+    ) -> list[PreparedDevice]:
+        """Choose VFs, apply their settings, hand over uverbs/rdma_cm and the env."""
+        view = self._view
+        if not view.published:
+            raise RetryableError("no AINIC has been discovered yet")
+        return self.preparer.prepare(view.published, claim, held)
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: list[PreparedDevice]) -> bool:
-        """Nothing to undo: prepare has no side effects outside the CDI spec."""
+        """Reset the claim's VFs and remove on-demand VFs of idle PFs."""
+        self.preparer.unprepare(claim_uid, prepared)
         return True
+
+    @hookimpl
+    def drakit_device_health(self, node: NodeInfo) -> list[DeviceHealth]:
+        """Link, carrier and RDMA port state of every published device."""
+        return device_health(Path(node.sysfs_root), node.name, self._view.published)
+
+    @hookimpl
+    def drakit_select_resources(
+        self, strategy: str, request: SelectionRequest
+    ) -> SelectionResult | None:
+        """``least-loaded`` VF choice for ``kind == "ainic-vf"``."""
+        if request.kind != SELECTION_KIND or strategy != LEAST_LOADED:
+            return None
+        return least_loaded(request)

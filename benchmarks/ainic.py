@@ -1,0 +1,175 @@
+"""AINIC backend: discovery of 16 PFs x 128 VFs, and prepare of a shared share vs a whole PF.
+
+Discovery: :func:`drakit.sim.ainic.ainic_machine` (16 Pollara PFs, one root port each, 128
+VFs per PF bound to ionic with queues and RDMA devices: 2,064 functions) is written once into
+/dev/shm; then only :meth:`drakit.pluginhost.PluginHost.discover` with the AINIC backend is
+timed, in ``shared`` mode (16 devices; the VFs are the pools, counted not read), ``pf`` mode
+and ``vf`` mode (2,048 devices, every VF read). Budget from the issue: 0.3 s.
+
+Prepare: the ``h200-8gpu-8ainic-sriov`` profile (4 VFs per PF) with ainic-0 in ``pf`` mode
+and ainic-1 in ``shared`` mode; one claim at a time goes through the real pipeline
+(:class:`drakit.state.DriverState`: checkpoint, CDI spec, config routing), is prepared (timed)
+and unprepared (not timed), PF and shared claims alternating so both see the same load. The
+shared claim chooses a VF through ``drakit_select_resources``,
+writes the VF ledger and sets the VF's rate through the netlink seam (the tree
+implementation); the PF claim does none of that. Budget: shared p50 within 1.5x the PF p50.
+
+Baseline ``calibration``: :func:`benchmarks.common.calibration_workload`, timed right before
+every timed call (:func:`benchmarks.common.interleaved`); the median of those samples.
+
+Run alone: ``uv run python -m benchmarks.ainic [--repeats N]`` prints the JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Baseline, Report, interleaved, median
+
+from drakit.config import DrakitSettings
+from drakit.demo import InMemoryClaims
+from drakit.inventory import build_inventory
+from drakit.models import ClaimRef, NodeInfo
+from drakit.pluginhost import PluginHost
+from drakit.runtime import fast_tmp
+from drakit.sim import SysfsBuilder, build_profile, get_profile
+from drakit.sim.ainic import ainic_machine
+from drakit.state import DriverState
+
+__all__ = ["run_ainic"]
+
+DRIVER = "ainic.amd.drakit.io"
+NODE = "bench-nic"
+
+
+def _claim(claims: InMemoryClaims, device: str, consumed: dict[str, str] | None) -> ClaimRef:
+    uid = str(uuid.uuid4())
+    result: dict[str, Any] = {"request": "nic", "driver": DRIVER, "pool": NODE, "device": device}
+    if consumed is not None:
+        result["consumedCapacity"] = consumed
+        result["shareID"] = uuid.uuid4().hex[:8]
+    name = f"c-{uid[:8]}"
+    claims.add(
+        {
+            "metadata": {"namespace": "ns", "name": name, "uid": uid},
+            "status": {"allocation": {"devices": {"results": [result], "config": []}}},
+        }
+    )
+    return ClaimRef(namespace="ns", name=name, uid=uid)
+
+
+def run_ainic(report: Report, repeats: int, discovery_repeats: int) -> None:
+    """Discovery of 16 x 128 VFs per mode; prepare p50 shared vs pf."""
+    calib: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="drakit-bench-nic-", dir=fast_tmp()) as tmp:
+        base = Path(tmp)
+        spec = ainic_machine("bench-16x128", get_profile("minimal-1s").cpu, pfs=16, vfs=128)
+        root = SysfsBuilder(spec).build(base / "big")
+        node = NodeInfo(name="bench-16x128", sysfs_root=str(root))
+        discovery: dict[str, tuple[int, float]] = {}
+        for mode in ("shared", "pf", "vf"):
+            host = PluginHost(
+                DrakitSettings(
+                    plugins={"amd_ainic": {"default_mode": mode, "state_dir": str(base / "s")}}
+                ),
+                node,
+            )
+            count = len(host.discover().devices)
+            discovery[mode] = (
+                count,
+                median(interleaved(host.discover, discovery_repeats, calib)),
+            )
+
+        sroot = build_profile("h200-8gpu-8ainic-sriov", base / "sriov")
+        settings = DrakitSettings(
+            sysfs_root=sroot,
+            node_name=NODE,
+            plugins={
+                "amd_ainic": {
+                    "state_dir": str(base / "ledger"),
+                    "nics": [{"select": {"pf_names": ["enp64s0"]}, "mode": "shared"}],
+                }
+            },
+        )
+        host = PluginHost(settings, NodeInfo(name=NODE, sysfs_root=str(sroot)))
+        build_inventory(host)
+        claims = InMemoryClaims()
+        state = DriverState(
+            DRIVER, host, claims, state_dir=base / "state", cdi_dir=base / "cdi", boot_id="b"
+        )
+        kinds = (
+            ("pf", "ainic-0", None),
+            ("shared", "ainic-1", {"queues": "2", "bandwidth": "25", "vfs": "1"}),
+        )
+        times: dict[str, list[float]] = {kind: [] for kind, _, _ in kinds}
+        for _ in range(repeats):  # alternate, so both see the same load
+            for kind, device, consumed in kinds:
+                ref = _claim(claims, device, consumed)
+                prep = functools.partial(_prepare, state, ref)
+                times[kind].extend(interleaved(prep, 1, calib, warmup=0))
+                err = state.unprepare([ref])[ref.uid].error
+                if err:
+                    raise RuntimeError(err)
+        p50 = {kind: median(t) for kind, t in times.items()}
+    report.baseline(
+        Baseline(
+            "calibration",
+            median(calib) * 1e3,
+            "ms",
+            "median of benchmarks.common.calibration_workload(), timed right before every "
+            "timed call of the AINIC section",
+            samples=len(calib),
+        )
+    )
+    for mode, (count, secs) in discovery.items():
+        report.add(
+            "ainic",
+            f"discover 16 PFs x 128 VFs: AINIC plugin, {mode} mode ({count} devices)",
+            secs * 1e3,
+            "ms",
+            "calibration",
+            repeats=discovery_repeats,
+            budget_ms=300,
+        )
+    for kind, secs in p50.items():
+        report.add(
+            "ainic",
+            f"p50 prepare, one {kind}-mode claim, real pipeline, h200-8gpu-8ainic-sriov",
+            secs * 1e3,
+            "ms",
+            "calibration",
+            repeats=repeats,
+        )
+    report.add(
+        "ainic",
+        "p50 prepare shared / p50 prepare pf (budget 1.5)",
+        p50["shared"] / p50["pf"],
+        "x",
+    )
+
+
+def _prepare(state: DriverState, ref: ClaimRef) -> None:
+    err = state.prepare([ref])[ref.uid].error
+    if err:
+        raise RuntimeError(err)
+
+
+def main() -> None:
+    """Run the section alone and print the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--discovery-repeats", type=int, default=5)
+    args = parser.parse_args()
+    report = Report()
+    run_ainic(report, args.repeats, args.discovery_repeats)
+    print(json.dumps(report.to_json(), indent=1))
+
+
+if __name__ == "__main__":
+    main()

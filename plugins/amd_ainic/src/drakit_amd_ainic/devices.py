@@ -1,0 +1,289 @@
+"""From discovered AINICs to published devices: modes per PF, attributes, capacities, rails.
+
+* ``pf``: device ``ainic-<n>`` is the whole NIC, exclusive.
+* ``vf``: one exclusive device ``ainic-<n>-vf-<i>`` per existing VF (the PF is not published).
+* ``shared``: device ``ainic-<n>`` with ``allowMultipleAllocations`` and consumable capacities
+  ``queues``, ``bandwidth`` (Gbps) and ``vfs`` (places on the PF's VF pool), each with a
+  request policy; prepare gives every share its own VF.
+* ``none``: not published (left to another agent, e.g. the classic device plugin).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drakit.errors import ConfigInvalid
+from drakit.models import Device, DeviceAttribute, DeviceCapacity, RequestPolicy, ValidRange
+from drakit.sysfs import standard_pci_attributes
+from drakit_amd_ainic.discovery import Ainic, NicFunction, read_vfs
+from drakit_amd_ainic.settings import AmdAinicSettings, Mode
+
+__all__ = [
+    "BANDWIDTH",
+    "QUEUES",
+    "VFS",
+    "Published",
+    "build_devices",
+    "modes",
+    "pool_size",
+]
+
+log = logging.getLogger(__name__)
+
+QUEUES, BANDWIDTH, VFS = "queues", "bandwidth", "vfs"
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What one published device stands for.
+
+    Attributes:
+        nic: the AINIC.
+        mode: its mode.
+        function: the PF (``pf``, ``shared``) or the VF (``vf``).
+        vf_limit: ``shared``: most VFs the pool may have (created on demand up to it).
+        on_demand: ``shared``: the PF had no VFs at discovery, so VFs are created on demand.
+    """
+
+    nic: Ainic
+    mode: Mode
+    function: NicFunction
+    vf_limit: int = 0
+    on_demand: bool = False
+
+
+def _matches(nic: Ainic, select: Any) -> bool:
+    ifname = nic.pf.ifname or ""
+    return (
+        nic.pf.bdf in select.pci_addresses
+        or (bool(ifname) and ifname in select.pf_names)
+        or any(fnmatch.fnmatchcase(ifname, g) for g in select.if_names if ifname)
+    )
+
+
+def modes(nics: list[Ainic], settings: AmdAinicSettings) -> dict[str, tuple[Mode, int | None]]:
+    """PF BDF -> (mode, the rule's vf_limit); a PF selected by two rules is an error."""
+    out: dict[str, tuple[Mode, int | None]] = {}
+    for nic in nics:
+        hits = [i for i, rule in enumerate(settings.nics) if _matches(nic, rule.select)]
+        if len(hits) > 1:
+            rules = " and ".join(f"plugins.amd_ainic.nics[{i}]" for i in hits)
+            raise ConfigInvalid(
+                [
+                    (
+                        f"plugins.amd_ainic.nics[{hits[1]}].select",
+                        f"PF {nic.pf.bdf} ({nic.pf.ifname}) is selected by {rules}; a PF is in "
+                        "exactly one mode, so narrow one of the selectors",
+                    )
+                ]
+            )
+        if hits:
+            rule = settings.nics[hits[0]]
+            out[nic.pf.bdf] = (rule.mode, rule.vf_limit)
+        else:
+            out[nic.pf.bdf] = (settings.default_mode, None)
+    return out
+
+
+def fabric_identity(
+    settings: AmdAinicSettings, root: Path
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Rail and fabric per PF BDF or ifName: the topology file, then the static maps."""
+    rails: dict[str, int] = {}
+    fabrics: dict[str, str] = {}
+    if settings.topology_file:
+        path = Path(settings.topology_file)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            log.warning("plugins.amd_ainic.topology_file %s does not exist (yet)", path)
+            data = {}
+        except (OSError, ValueError) as e:
+            raise ConfigInvalid(
+                [("plugins.amd_ainic.topology_file", f"{path} is not readable JSON: {e}")]
+            ) from e
+        if not isinstance(data, dict):
+            raise ConfigInvalid(
+                [
+                    (
+                        "plugins.amd_ainic.topology_file",
+                        f"{path}: expected {{name: {{rail, fabric}}}}",
+                    )
+                ]
+            )
+        for key, entry in data.items():
+            if isinstance(entry, dict):
+                if isinstance(entry.get("rail"), int) and not isinstance(entry["rail"], bool):
+                    rails[key] = entry["rail"]
+                if isinstance(entry.get("fabric"), str):
+                    fabrics[key] = entry["fabric"]
+    rails.update(settings.rails)
+    fabrics.update(settings.fabrics)
+    return rails, fabrics
+
+
+def pool_size(nic: Ainic, limit: int | None, settings: AmdAinicSettings) -> tuple[int, bool]:
+    """``(VFs the shared pool may hold, whether they are created on demand)``."""
+    if nic.vf_addresses:
+        return len(nic.vf_addresses), False
+    cap = settings.vf_limit if limit is None else limit
+    size = nic.total_vfs if cap is None else min(cap, nic.total_vfs)
+    return size, size > 0
+
+
+def _attributes(
+    nic: Ainic, fn: NicFunction, kind: str, rail: int | None, fabric: str | None
+) -> dict[str, DeviceAttribute]:
+    attrs: dict[str, Any] = {
+        "type": kind,
+        "model": nic.model,
+        "pciVendorID": f"{fn.pci.vendor:04x}",
+        "pciDeviceID": f"{fn.pci.device:04x}",
+        "rdma": fn.rdma_device is not None,
+        "pfName": nic.pf.ifname or nic.pf.bdf,
+        **standard_pci_attributes(fn.pci),
+    }
+    if fn.pci.driver:
+        attrs["kernelDriver"] = fn.pci.driver
+    if fn.ifname:
+        attrs["ifName"] = fn.ifname
+    if fn.mac:
+        attrs["mac"] = fn.mac
+    if fn.mtu is not None:
+        attrs["mtu"] = fn.mtu
+    if fn.speed_mbps:
+        attrs["linkSpeedGbps"] = fn.speed_mbps // 1000
+    if fn.rdma_device:
+        attrs["rdmaDevice"] = fn.rdma_device
+    fw = fn.fw_version or nic.pf.fw_version
+    if fw:
+        attrs["firmwareVersion"] = fw
+    if fn.vf_index is not None:
+        attrs["vfIndex"] = fn.vf_index
+        attrs["pfPciAddress"] = nic.pf.bdf
+    elif nic.total_vfs:
+        attrs["sriovTotalVFs"] = nic.total_vfs
+    if rail is not None:
+        attrs["rail"] = rail
+    if fabric is not None:
+        attrs["fabric"] = fabric
+    return {k: DeviceAttribute.model_validate(v) for k, v in attrs.items()}
+
+
+def _policy(default: int, lo: int, hi: int, step: int) -> RequestPolicy:
+    default = max(lo, min(default, hi))
+    return RequestPolicy(
+        default=str(default),
+        valid_range=ValidRange(min=str(lo), max=str(hi), step=str(step) if step > 1 else None),
+    )
+
+
+def build_devices(
+    nics: list[Ainic], settings: AmdAinicSettings, root: Path
+) -> tuple[list[Device], dict[str, Published]]:
+    """The devices to publish and what each stands for (by device name)."""
+    chosen = modes(nics, settings)
+    rails, fabrics = fabric_identity(settings, root)
+    devices: list[Device] = []
+    published: dict[str, Published] = {}
+
+    def ident(nic: Ainic) -> tuple[int | None, str | None]:
+        keys = (nic.pf.bdf, nic.pf.ifname or "")
+        rail = next((rails[k] for k in keys if k in rails), None)
+        fabric = next((fabrics[k] for k in keys if k in fabrics), settings.fabric)
+        return rail, fabric
+
+    for nic in nics:
+        mode, limit = chosen[nic.pf.bdf]
+        rail, fabric = ident(nic)
+        if mode == "none":
+            continue
+        if mode == "vf":
+            vfs = read_vfs(root, nic)
+            if not vfs:
+                log.warning(
+                    "%s (%s) is in vf mode but has no VFs (sriov_numvfs is 0); nothing published",
+                    nic.name,
+                    nic.pf.bdf,
+                )
+            for vf in vfs:
+                name = f"{nic.name}-vf-{vf.vf_index}"
+                devices.append(
+                    Device(
+                        name=name,
+                        attributes=_attributes(nic, vf, "vf", rail, fabric),
+                        capacity=_plain_capacity(vf),
+                    )
+                )
+                published[name] = Published(nic=nic, mode="vf", function=vf)
+            continue
+        if mode == "pf":
+            devices.append(
+                Device(
+                    name=nic.name,
+                    attributes=_attributes(nic, nic.pf, "pf", rail, fabric),
+                    capacity=_plain_capacity(nic.pf),
+                )
+            )
+            published[nic.name] = Published(nic=nic, mode="pf", function=nic.pf)
+            continue
+        size, on_demand = pool_size(nic, limit, settings)
+        gbps = (nic.pf.speed_mbps or 0) // 1000
+        if size == 0 or nic.pf.queues == 0 or gbps == 0:
+            log.warning(
+                "%s (%s) is in shared mode but has %d VFs possible, %d queues, %d Gbps; "
+                "not published",
+                nic.name,
+                nic.pf.bdf,
+                size,
+                nic.pf.queues,
+                gbps,
+            )
+            continue
+        q, b = settings.queues, settings.bandwidth_gbps
+        slots = size * settings.shares_per_vf
+        capacity = {
+            QUEUES: DeviceCapacity(
+                value=str(nic.pf.queues),
+                request_policy=_policy(q.default, q.min, nic.pf.queues, q.step),
+            ),
+            BANDWIDTH: DeviceCapacity(
+                value=str(gbps), request_policy=_policy(b.default, b.min, gbps, b.step)
+            ),
+            VFS: DeviceCapacity(
+                value=str(slots),
+                request_policy=RequestPolicy(default="1", valid_values=("1",)),
+            ),
+        }
+        devices.append(
+            Device(
+                name=nic.name,
+                attributes=_attributes(nic, nic.pf, "shared", rail, fabric),
+                capacity=capacity,
+                allow_multiple_allocations=True,
+            )
+        )
+        published[nic.name] = Published(
+            nic=nic, mode="shared", function=nic.pf, vf_limit=size, on_demand=on_demand
+        )
+    return devices, published
+
+
+def _plain_capacity(fn: NicFunction) -> dict[str, DeviceCapacity]:
+    out: dict[str, DeviceCapacity] = {}
+    if fn.queues:
+        out[QUEUES] = DeviceCapacity(value=str(fn.queues))
+    if fn.speed_mbps:
+        out[BANDWIDTH] = DeviceCapacity(value=str(fn.speed_mbps // 1000))
+    return out
+
+
+def identity_map(published: Mapping[str, Published]) -> dict[str, str]:
+    """Device name -> PCI address (for logs)."""
+    return {name: p.function.bdf for name, p in published.items()}

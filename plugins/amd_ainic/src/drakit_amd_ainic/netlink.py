@@ -1,0 +1,179 @@
+"""The live-netlink seam: VF settings, MTU and channel counts.
+
+On a node, :class:`Pyroute2Netlink` sends ``RTM_SETLINK`` on the PF with ``IFLA_VFINFO_LIST``
+(the same message as ``ip link set <pf> vf <i> mac ... vlan ... spoofchk ... trust ...
+max_tx_rate ...``), sets a VF netdev's MTU, and sets its combined channel count through the
+ethtool ioctl (``ethtool -L <if> combined N``). On a simulated tree, :class:`TreeNetlink`
+records the same requests as files (``drakit-sim/netlink/<PF BDF>.json`` for VF settings; the
+VF netdev's ``mtu``, ``address`` and ``queues/`` for the rest), so tests read what a node's
+kernel would have been told. ``netlink: auto`` picks the tree when the root is a simulated one
+(it has ``drakit-sim/machine.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from drakit.errors import PermanentError, RetryableError
+
+__all__ = [
+    "Netlink",
+    "Pyroute2Netlink",
+    "TreeNetlink",
+    "VfSettings",
+    "netlink_for",
+]
+
+SIM_MARKER = Path("drakit-sim") / "machine.json"
+TREE_DIR = Path("drakit-sim") / "netlink"
+
+
+class VfSettings(BaseModel):
+    """What is set on a VF through its PF (``None``: leave as it is)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mac: str | None = None
+    vlan: int | None = None
+    trust: bool | None = None
+    spoofchk: bool | None = None
+    max_tx_rate_mbps: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The set fields."""
+        return self.model_dump(exclude_none=True)
+
+
+RESET = VfSettings(mac="00:00:00:00:00:00", vlan=0, trust=False, spoofchk=True, max_tx_rate_mbps=0)
+"""What a VF goes back to when its claim is unprepared."""
+
+
+class Netlink(Protocol):
+    """The operations the AINIC backend needs from netlink."""
+
+    def set_vf(self, pf_ifname: str, pf_bdf: str, vf: int, settings: VfSettings) -> None:
+        """Apply ``settings`` to VF ``vf`` of the PF."""
+
+    def set_mtu(self, ifname: str, netdev_dir: Path, mtu: int) -> None:
+        """Set a netdev's MTU."""
+
+    def set_channels(self, ifname: str, netdev_dir: Path, count: int) -> None:
+        """Set a netdev's combined channel (queue pair) count."""
+
+
+class TreeNetlink:
+    """Netlink into a simulated tree (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+
+    def set_vf(self, pf_ifname: str, pf_bdf: str, vf: int, settings: VfSettings) -> None:
+        """Merge ``settings`` into the PF's record for ``vf`` (atomic rewrite)."""
+        d = self.root / TREE_DIR
+        with self._lock:
+            d.mkdir(parents=True, exist_ok=True)
+            path = d / f"{pf_bdf}.json"
+            try:
+                data: dict[str, dict[str, Any]] = json.loads(path.read_text())
+            except FileNotFoundError:
+                data = {}
+            data[str(vf)] = {**data.get(str(vf), {}), **settings.to_json()}
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".vf-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+
+    def set_mtu(self, ifname: str, netdev_dir: Path, mtu: int) -> None:
+        """Write the netdev's ``mtu`` file."""
+        _write(netdev_dir / "mtu", str(mtu))
+
+    def set_channels(self, ifname: str, netdev_dir: Path, count: int) -> None:
+        """Make exactly ``count`` ``rx-N``/``tx-N`` queue directories."""
+        q = netdev_dir / "queues"
+        q.mkdir(exist_ok=True)
+        for entry in os.listdir(q):
+            kind, _, n = entry.partition("-")
+            if kind in ("rx", "tx") and n.isdigit() and int(n) >= count:
+                shutil.rmtree(q / entry)
+        for i in range(count):
+            (q / f"rx-{i}").mkdir(exist_ok=True)
+            (q / f"tx-{i}").mkdir(exist_ok=True)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text + "\n")
+    except OSError as e:
+        raise RetryableError(f"cannot write {path}: {e.strerror}") from e
+
+
+class Pyroute2Netlink:
+    """Netlink on a node through pyroute2 (needs CAP_NET_ADMIN)."""
+
+    def set_vf(self, pf_ifname: str, pf_bdf: str, vf: int, settings: VfSettings) -> None:
+        """``ip link set <pf> vf <vf> ...`` as one RTM_SETLINK."""
+        from pyroute2 import IPRoute  # type: ignore[import-untyped]  # noqa: PLC0415
+
+        spec: dict[str, Any] = {"vf": vf}
+        if settings.mac is not None:
+            spec["mac"] = settings.mac
+        if settings.vlan is not None:
+            spec["vlan"] = settings.vlan
+        if settings.trust is not None:
+            spec["trust"] = int(settings.trust)
+        if settings.spoofchk is not None:
+            spec["spoofchk"] = int(settings.spoofchk)
+        if settings.max_tx_rate_mbps is not None:
+            spec["rate"] = {"min_tx_rate": 0, "max_tx_rate": settings.max_tx_rate_mbps}
+        with IPRoute() as ip:
+            idx = _index(ip, pf_ifname)
+            try:
+                ip.link("set", index=idx, vf=spec)
+            except Exception as e:  # pyroute2 raises NetlinkError (an OSError) with the errno
+                raise PermanentError(f"{pf_ifname} vf {vf}: the kernel refused {spec}: {e}") from e
+
+    def set_mtu(self, ifname: str, netdev_dir: Path, mtu: int) -> None:
+        """``ip link set <if> mtu <mtu>``."""
+        from pyroute2 import IPRoute  # noqa: PLC0415
+
+        with IPRoute() as ip:
+            try:
+                ip.link("set", index=_index(ip, ifname), mtu=mtu)
+            except Exception as e:
+                raise PermanentError(f"{ifname}: the kernel refused MTU {mtu}: {e}") from e
+
+    def set_channels(self, ifname: str, netdev_dir: Path, count: int) -> None:
+        """``ethtool -L <if> combined <count>``."""
+        from pyroute2.ethtool import Ethtool  # type: ignore[import-untyped]  # noqa: PLC0415
+
+        eth = Ethtool()
+        try:
+            current = eth.get_channels(ifname)
+            eth.set_channels(ifname, current._replace(combined_count=count))
+        except Exception as e:
+            raise PermanentError(f"{ifname}: cannot set {count} combined channels: {e}") from e
+        finally:
+            eth.close()
+
+
+def _index(ip: Any, ifname: str) -> int:
+    found = ip.link_lookup(ifname=ifname)
+    if not found:
+        raise RetryableError(f"netdev {ifname} is not in this network namespace")
+    return int(found[0])
+
+
+def netlink_for(choice: str, root: Path) -> Netlink:
+    """The seam implementation ``plugins.amd_ainic.netlink`` names."""
+    if choice == "tree" or (choice == "auto" and (root / SIM_MARKER).exists()):
+        return TreeNetlink(root)
+    return Pyroute2Netlink()

@@ -1,0 +1,408 @@
+"""Prepare and unprepare of AINIC devices: VF choice, VF settings, CDI edits, the ledger.
+
+Order inside one prepare (every step may be cut by a kill):
+
+1. repair: VFs the ledger gives to claims the checkpoint no longer holds (``held``) are reset,
+   and on-demand VFs of idle PFs are removed;
+2. choose a VF per share (``drakit_select_resources``, strategy ``selection``), creating the
+   pool on demand when the PF has none; record every choice in the ledger (the intent);
+3. apply VF settings through the netlink seam, then return the CDI edits.
+
+A repeated prepare finds its choices in the ledger and repeats nothing else. Unprepare resets
+the claim's VFs, forgets them, and removes on-demand VFs once their PF holds no share.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from drakit.errors import PermanentError, RetryableError
+from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, NetworkData, PreparedDevice
+from drakit.strategy_models import SelectionRequest, SelectionResult
+from drakit_amd_ainic.config import merged
+from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
+from drakit_amd_ainic.discovery import NicFunction, live_vf_addresses, read_vf
+from drakit_amd_ainic.ledger import Assignment, Ledger, LedgerData
+from drakit_amd_ainic.netlink import RESET, Netlink, VfSettings
+from drakit_amd_ainic.settings import AmdAinicSettings
+from drakit_amd_ainic.sriov import set_numvfs
+
+__all__ = ["ENV_PREFIX", "SELECTION_KIND", "Preparer", "env_prefix"]
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "DRAKIT_AINIC_"
+SELECTION_KIND = "ainic-vf"
+"""``SelectionRequest.kind`` of the VF choice; ``options["loads"]`` maps VF index -> shares."""
+RDMA_CM = "/dev/infiniband/rdma_cm"
+
+Select = Callable[[str, SelectionRequest], SelectionResult]
+
+
+def env_prefix(device: str, share_id: str | None = None) -> str:
+    """``DRAKIT_AINIC_<DEVICE>[_<SHARE>]_`` (upper case, ``-`` -> ``_``, share hex digits)."""
+    name = ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", device.upper())
+    if share_id:
+        name += "_" + re.sub(r"[^A-Z0-9]", "", share_id.upper())
+    return name + "_"
+
+
+def _whole(q: str, where: str, what: str) -> int:
+    try:
+        value = Decimal(q.removesuffix("m")) / (1000 if q.endswith("m") else 1)
+    except InvalidOperation:
+        raise PermanentError(f"{where}: consumed {what} {q!r} is not a quantity") from None
+    if value <= 0 or value != value.to_integral_value():
+        raise PermanentError(f"{where}: consumed {what} {q!r} must be a positive whole number")
+    return int(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    dev: AllocatedDevice
+    pub: Published
+    where: str
+    cfg: dict[str, Any]
+    fn: NicFunction
+    queues: int | None
+    rate_gbps: int | None
+
+
+class Preparer:
+    """Owns the ledger and the VF pools; one per backend instance (thread-safe)."""
+
+    def __init__(
+        self,
+        root: Path,
+        settings: AmdAinicSettings,
+        netlink: Netlink,
+        ledger: Ledger,
+        select: Select,
+    ) -> None:
+        self.root = root
+        self.settings = settings
+        self.netlink = netlink
+        self.ledger = ledger
+        self.select = select
+        self._lock = threading.Lock()
+        self._vf_cache: dict[tuple[str, int, str], NicFunction] = {}
+
+    # -- prepare -------------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        published: Mapping[str, Published],
+        claim: ClaimInfo,
+        held: Sequence[PreparedDevice],
+    ) -> list[PreparedDevice]:
+        """See the module docstring."""
+        with self._lock:
+            data = self.ledger.load()
+            live = {str(p.state.get("claim")) for p in held} | {claim.uid}
+            self._repair(data, live)
+            plans = [self._plan(published, claim, dev) for dev in claim.devices]
+            chosen = self._choose(data, claim, plans)
+            out = []
+            for plan, fn in zip(plans, chosen, strict=True):
+                out.append(self._apply(claim, plan, fn))
+            return out
+
+    def _plan(
+        self, published: Mapping[str, Published], claim: ClaimInfo, dev: AllocatedDevice
+    ) -> _Plan:
+        where = f"request {dev.request!r} device {dev.device!r}"
+        pub = published.get(dev.device)
+        if pub is None:
+            raise PermanentError(
+                f"{where}: not an AINIC device on this node (known: "
+                f"{', '.join(sorted(published)) or 'none'})"
+            )
+        cfg = merged(dev.config)
+        queues: int | None = cfg.get("queues")
+        rate: int | None = cfg.get("bandwidth")
+        if pub.mode == "pf":
+            for key, why in (
+                ("vf", "sets a VF, and this device is a whole PF"),
+                ("bandwidth", "limits a VF's transmit rate, and this device is a whole PF"),
+            ):
+                if key in cfg:
+                    raise PermanentError(
+                        f"{where}: NicConfig {key}: {why}; remove it, or claim a VF "
+                        "(a device of type 'vf' or 'shared')"
+                    )
+        if pub.mode == "shared":
+            got_q = _whole(dev.consumed_capacity.get(QUEUES, "1"), where, QUEUES)
+            got_b = _whole(dev.consumed_capacity.get(BANDWIDTH, "1"), where, BANDWIDTH)
+            for key, asked, have, unit in (
+                ("queues", queues, got_q, "queues"),
+                ("bandwidth", rate, got_b, "Gbps"),
+            ):
+                if asked is not None and asked > have:
+                    raise PermanentError(
+                        f"{where}: NicConfig {key}: {asked} is more than the {have} {unit} this "
+                        f"share was allocated; request capacity {key}: {asked} in the claim, or "
+                        f"lower NicConfig {key}"
+                    )
+            queues = queues or got_q
+            rate = rate or got_b
+        return _Plan(dev, pub, where, cfg, pub.function, queues, rate)
+
+    def _choose(self, data: LedgerData, claim: ClaimInfo, plans: list[_Plan]) -> list[NicFunction]:
+        out: list[NicFunction] = []
+        dirty = False
+        for plan in plans:
+            dev, pub = plan.dev, plan.pub
+            key = (claim.uid, dev.request, dev.device, dev.share_id)
+            mine = next((a for a in data.assignments if a.key() == key), None)
+            if pub.mode == "pf":
+                out.append(pub.function)
+                continue
+            if pub.mode == "vf":
+                vf = pub.function
+                if mine is None:
+                    data.assignments.append(self._assignment(claim, dev, pub, vf))
+                    dirty = True
+                out.append(vf)
+                continue
+            vfs = live_vf_addresses(pub.nic)
+            if mine is not None and mine.vf in vfs:
+                out.append(self._vf(plan, mine.vf, vfs[mine.vf]))
+                continue
+            if mine is not None:  # its VF is gone (pool recreated): choose again
+                data.assignments.remove(mine)
+            vfs = self._grow_if_needed(data, plan, vfs)
+            loads = {i: 0 for i in vfs}
+            for a in data.assignments:
+                if a.pf == pub.nic.pf.bdf and a.vf in loads:
+                    loads[a.vf] += 1
+            free = {i: n for i, n in loads.items() if n < self.settings.shares_per_vf}
+            if not free:
+                raise RetryableError(
+                    f"{plan.where}: every VF of {pub.nic.pf.bdf} ({len(vfs)}) holds "
+                    f"{self.settings.shares_per_vf} share(s); the allocation is ahead of the "
+                    "node, the kubelet will retry once a share is released"
+                )
+            request = SelectionRequest(
+                kind=SELECTION_KIND,
+                count=1,
+                available=frozenset(free),
+                topology=None,
+                options={"loads": free, "pf": pub.nic.pf.bdf},
+            )
+            try:
+                units = self.select(self.settings.selection, request).units
+            except PermanentError as e:
+                raise PermanentError(f"{plan.where}: {e}") from e
+            if len(units) != 1 or not units <= free.keys():
+                raise PermanentError(
+                    f"{plan.where}: selection strategy {self.settings.selection!r} returned "
+                    f"{sorted(units)}, not one of the free VFs {sorted(free)}"
+                )
+            vf_index = next(iter(units))
+            vf = self._vf(plan, vf_index, vfs[vf_index])
+            data.assignments.append(self._assignment(claim, dev, pub, vf))
+            dirty = True
+            out.append(vf)
+        if dirty:
+            self.ledger.save(data)  # the intent, before any VF is touched
+        return out
+
+    def _grow_if_needed(self, data: LedgerData, plan: _Plan, vfs: dict[int, str]) -> dict[int, str]:
+        pub = plan.pub
+        pf = pub.nic.pf.bdf
+        if vfs:
+            return vfs
+        busy = any(a.pf == pf for a in data.assignments)
+        if busy or not pub.vf_limit:
+            raise RetryableError(
+                f"{plan.where}: {pf} has no VFs and may not create any now"
+                + (" (its pool is in use)" if busy else " (vf_limit is 0)")
+            )
+        data.on_demand.setdefault(pf, 0)
+        self.ledger.save(data)  # record before the kernel creates anything
+        log.info("%s: creating %d VFs on demand", pf, pub.vf_limit)
+        self._forget_pool(pf)
+        set_numvfs(pub.nic.pf.dir, pub.vf_limit, timeout=self.settings.vf_ready_timeout)
+        return live_vf_addresses(pub.nic)
+
+    def _vf(self, plan: _Plan, index: int, bdf: str) -> NicFunction:
+        """The VF as it was first read (its identity and the values unprepare restores)."""
+        key = (plan.pub.nic.pf.bdf, index, bdf)
+        vf = self._vf_cache.get(key)
+        if vf is None:
+            vf = read_vf(self.root, plan.pub.nic, index, bdf)
+            if vf is None:
+                raise RetryableError(
+                    f"{plan.where}: VF {index} ({bdf}) vanished while being chosen"
+                )
+            self._vf_cache[key] = vf
+        return vf
+
+    def _forget_pool(self, pf: str) -> None:
+        """VFs of ``pf`` were created or removed: what was read about them is stale."""
+        for key in [k for k in self._vf_cache if k[0] == pf]:
+            del self._vf_cache[key]
+
+    @staticmethod
+    def _assignment(
+        claim: ClaimInfo, dev: AllocatedDevice, pub: Published, vf: NicFunction
+    ) -> Assignment:
+        return Assignment(
+            claim=claim.uid,
+            request=dev.request,
+            device=dev.device,
+            share=dev.share_id,
+            pf=pub.nic.pf.bdf,
+            vf=vf.vf_index if vf.vf_index is not None else -1,
+        )
+
+    def _apply(self, claim: ClaimInfo, plan: _Plan, fn: NicFunction) -> PreparedDevice:
+        dev, pub = plan.dev, plan.pub
+        state: dict[str, Any] = {
+            "claim": claim.uid,
+            "mode": pub.mode,
+            "pf": pub.nic.pf.bdf,
+            "function": fn.bdf,
+        }
+        vf_cfg: dict[str, Any] = plan.cfg.get("vf", {})
+        netdev = fn.dir / "net" / fn.ifname if fn.ifname else None
+        if fn.vf_index is not None:
+            pf_if = pub.nic.pf.ifname
+            if pf_if is None:
+                raise PermanentError(f"{plan.where}: PF {pub.nic.pf.bdf} has no netdev to set VFs")
+            settings = VfSettings(
+                mac=vf_cfg.get("mac"),
+                vlan=vf_cfg.get("vlan"),
+                trust=vf_cfg.get("trust"),
+                spoofchk=vf_cfg.get("spoof_chk"),
+                max_tx_rate_mbps=plan.rate_gbps * 1000 if plan.rate_gbps else None,
+            )
+            self.netlink.set_vf(pf_if, pub.nic.pf.bdf, fn.vf_index, settings)
+            state["vf"] = fn.vf_index
+        mtu = vf_cfg.get("mtu")
+        if mtu is not None and fn.ifname and netdev is not None:
+            pf_mtu = pub.nic.pf.mtu
+            if fn.vf_index is not None and pf_mtu is not None and mtu > pf_mtu:
+                raise PermanentError(
+                    f"{plan.where}: NicConfig vf.mtu: {mtu} is above the PF's MTU {pf_mtu}; "
+                    f"use at most {pf_mtu}"
+                )
+            self.netlink.set_mtu(fn.ifname, netdev, mtu)
+            state["restore_mtu"] = fn.mtu
+        if (
+            plan.queues is not None
+            and fn.ifname
+            and netdev is not None
+            and plan.queues != fn.queues
+        ):
+            self.netlink.set_channels(fn.ifname, netdev, plan.queues)
+            state["restore_queues"] = fn.queues
+        queues = plan.queues if plan.queues is not None else fn.queues
+        mac = vf_cfg.get("mac") or fn.mac
+        prefix = env_prefix(dev.device, dev.share_id)
+        env = [f"{prefix}PCI={fn.bdf}"]
+        if fn.ifname:
+            env.append(f"{prefix}IFNAME={fn.ifname}")
+            state["ifname"] = fn.ifname
+        if mac:
+            state["mac"] = mac
+        if queues:
+            env.append(f"{prefix}QUEUES={'0' if queues == 1 else f'0-{queues - 1}'}")
+            state["queues"] = queues
+        nodes: list[dict[str, Any]] = []
+        if plan.cfg.get("rdma", True) and fn.rdma_device and fn.uverbs:
+            nodes = [{"path": f"/dev/infiniband/{fn.uverbs}"}, {"path": RDMA_CM}]
+            env.append(f"{prefix}RDMA_DEVICE={fn.rdma_device}")
+            env.append(f"{prefix}UVERBS=/dev/infiniband/{fn.uverbs}")
+        return PreparedDevice(
+            request=dev.request,
+            pool=dev.pool,
+            device=dev.device,
+            edits=CdiEdits(env=tuple(env), device_nodes=tuple(nodes)),
+            state=state,
+            network_data=(
+                NetworkData(interface_name=fn.ifname, hardware_address=mac) if fn.ifname else None
+            ),
+        )
+
+    # -- unprepare and repair ------------------------------------------------------------------
+
+    def unprepare(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> None:
+        """Reset the claim's VFs, forget them, remove on-demand VFs of idle PFs."""
+        with self._lock:
+            data = self.ledger.load()
+            restore = {
+                str(p.state.get("function")): p.state for p in prepared if p.state.get("function")
+            }
+            mine = [a for a in data.assignments if a.claim == claim_uid]
+            for a in mine:
+                self._reset(a, restore)
+            for p in prepared:  # PF-mode devices have no ledger entry; restore their channels
+                if p.state.get("mode") == "pf":
+                    self._restore_function(p.state)
+            data.assignments = [a for a in data.assignments if a.claim != claim_uid]
+            if mine:
+                self.ledger.save(data)
+            self._cleanup(data)
+
+    def _repair(self, data: LedgerData, live: set[str]) -> None:
+        stale = [a for a in data.assignments if a.claim not in live]
+        for a in stale:
+            log.warning(
+                "VF %d of %s was left assigned to claim %s, which no longer holds it; resetting",
+                a.vf,
+                a.pf,
+                a.claim,
+            )
+            self._reset(a, {})
+        if stale:
+            data.assignments = [a for a in data.assignments if a.claim in live]
+            self.ledger.save(data)
+        self._cleanup(data)
+
+    def _cleanup(self, data: LedgerData) -> None:
+        idle = [pf for pf in data.on_demand if not any(a.pf == pf for a in data.assignments)]
+        for pf in idle:
+            pf_dir = self.root / "sys" / "bus" / "pci" / "devices" / pf
+            log.info("%s: pool idle, removing its on-demand VFs", pf)
+            self._forget_pool(pf)
+            set_numvfs(pf_dir.resolve(), data.on_demand[pf], timeout=self.settings.vf_ready_timeout)
+            del data.on_demand[pf]
+            self.ledger.save(data)
+
+    def _reset(self, a: Assignment, restore: Mapping[str, Mapping[str, Any]]) -> None:
+        pf_dir = (self.root / "sys" / "bus" / "pci" / "devices" / a.pf).resolve()
+        nets = list((pf_dir / "net").glob("*")) if (pf_dir / "net").is_dir() else []
+        if not nets or a.vf < 0:
+            return
+        try:
+            self.netlink.set_vf(nets[0].name, a.pf, a.vf, RESET)
+        except (PermanentError, RetryableError) as e:
+            log.warning("resetting VF %d of %s: %s", a.vf, a.pf, e)
+        vf_dir = (pf_dir / f"virtfn{a.vf}").resolve()
+        state = restore.get(vf_dir.name)
+        if state is not None:
+            self._restore_function(state)
+
+    def _restore_function(self, state: Mapping[str, Any]) -> None:
+        bdf, ifname = state.get("function"), state.get("ifname")
+        if not bdf or not ifname:
+            return
+        netdev = (self.root / "sys" / "bus" / "pci" / "devices" / str(bdf)).resolve() / "net"
+        netdev = netdev / str(ifname)
+        if not netdev.is_dir():
+            return
+        try:
+            if isinstance(state.get("restore_mtu"), int):
+                self.netlink.set_mtu(str(ifname), netdev, state["restore_mtu"])
+            if isinstance(state.get("restore_queues"), int) and state["restore_queues"] > 0:
+                self.netlink.set_channels(str(ifname), netdev, state["restore_queues"])
+        except (PermanentError, RetryableError) as e:
+            log.warning("restoring %s: %s", ifname, e)

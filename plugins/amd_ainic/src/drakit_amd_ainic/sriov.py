@@ -1,0 +1,79 @@
+"""Creating and removing VFs through ``sriov_numvfs`` (the kernel's SR-IOV ABI).
+
+The kernel refuses to change a non-zero VF count to another non-zero one (``EBUSY``, "Disable
+before enabling"), may enable fewer VFs than asked, and creates the VF functions and netdevs
+asynchronously from the writer's point of view (probe, then udev; the RDMA auxiliary driver
+after the netdev). So: write ``0`` first when needed, write ``N``, re-read the file, and wait
+until ``virtfn<i>``, each bound VF's netdev and, on an RDMA-capable PF, its uverbs node exist.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from drakit.errors import RetryableError
+
+__all__ = ["set_numvfs"]
+
+_POLL = 0.01
+
+
+def _virtfns(pf_dir: Path) -> list[str]:
+    return [n for n in os.listdir(pf_dir) if n.startswith("virtfn")]
+
+
+def _ready(pf_dir: Path, n: int) -> bool:
+    links = _virtfns(pf_dir)
+    if len(links) != n:
+        return False
+    rdma = (pf_dir / "infiniband").is_dir()
+    for link in links:
+        vf = pf_dir / link
+        if not (vf / "driver").is_symlink():
+            continue  # unbound: no netdev to wait for
+        if not (vf / "net").is_dir():
+            return False  # bound to a driver but its netdev is not there yet
+        if rdma and not any((vf / "infiniband_verbs").glob("uverbs*/ibdev")):
+            return False  # ionic_rdma binds after ionic: its uverbs node comes last
+    return True
+
+
+def _write(pf_dir: Path, n: int) -> None:
+    try:
+        (pf_dir / "sriov_numvfs").write_text(f"{n}\n")
+    except OSError as e:
+        raise RetryableError(f"{pf_dir.name}: writing sriov_numvfs={n} failed: {e.strerror}") from e
+
+
+def _wait(pf_dir: Path, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _ready(pf_dir, n):
+        if time.monotonic() > deadline:
+            have = len(_virtfns(pf_dir))
+            raise RetryableError(
+                f"{pf_dir.name}: {have} VFs after {timeout:g}s, expected {n} (sriov_numvfs "
+                f"reads {(pf_dir / 'sriov_numvfs').read_text().strip()}); check dmesg for ionic"
+            )
+        time.sleep(_POLL)
+
+
+def set_numvfs(pf_dir: Path, n: int, *, timeout: float) -> int:
+    """Make the PF have ``n`` VFs; return how many it has (the driver may grant fewer).
+
+    Raises:
+        RetryableError: the write failed or the VFs did not appear in ``timeout`` seconds.
+    """
+    current = len(_virtfns(pf_dir))
+    if current == n:
+        return n
+    if current:
+        _write(pf_dir, 0)
+        _wait(pf_dir, 0, timeout)
+    if n:
+        _write(pf_dir, n)
+        granted = int((pf_dir / "sriov_numvfs").read_text().strip() or "0")
+        _wait(pf_dir, granted, timeout)
+        return granted
+    return 0

@@ -1,0 +1,154 @@
+"""An AINIC node for tests: a simulated tree, its SR-IOV kernel, and the real prepare pipeline.
+
+:func:`ainic_node` builds a profile into memory, starts :class:`drakit.sim.ainic.SriovKernel`
+beside it (so ``sriov_numvfs`` writes create VFs as on a node), loads the backend through the
+real plugin host and runs claims through :class:`drakit.state.DriverState` (checkpoint, CDI,
+config routing), the way the kubelet service does. Claims are allocated by hand the way the
+scheduler would (shared devices through ``consumedCapacity`` and ``shareID``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drakit.config import DrakitSettings
+from drakit.demo import InMemoryClaims
+from drakit.inventory import build_inventory
+from drakit.models import (
+    ClaimPrepareResult,
+    ClaimRef,
+    ClaimUnprepareResult,
+    NodeInfo,
+    PreparedDevice,
+)
+from drakit.pluginhost import PluginHost
+from drakit.runtime import fast_tmp
+from drakit.sim import SysfsBuilder, get_profile
+from drakit.sim.ainic import SriovKernel
+from drakit.state import DriverState
+from drakit_amd_ainic.plugin import AmdAinicPlugin
+
+DRIVER = "ainic.amd.drakit.io"
+NODE = "node-a"
+NIC_CONFIG = "ainic.drakit.io/v1alpha1"
+
+
+@dataclass
+class AinicNode:
+    """One simulated node with the AINIC backend behind the real pipeline."""
+
+    root: Path
+    state: DriverState
+    claims: InMemoryClaims
+    host: PluginHost
+    cdi_dir: Path
+    kernel: SriovKernel
+
+    @property
+    def plugin(self) -> AmdAinicPlugin:
+        p = self.host.backends["amd_ainic"]
+        assert isinstance(p, AmdAinicPlugin)
+        return p
+
+    def add(
+        self,
+        name: str,
+        devices: list[tuple[str, str, dict[str, str] | None]],
+        config: list[dict[str, Any]] | None = None,
+    ) -> ClaimRef:
+        """Store an allocated claim: ``devices`` are (request, device, consumed capacity)."""
+        uid = str(uuid.uuid4())
+        results = []
+        for request, device, consumed in devices:
+            r: dict[str, Any] = {
+                "request": request,
+                "driver": DRIVER,
+                "pool": NODE,
+                "device": device,
+            }
+            if consumed is not None:
+                r["consumedCapacity"] = consumed
+                r["shareID"] = str(uuid.uuid4())
+            results.append(r)
+        self.claims.add(
+            {
+                "metadata": {"namespace": "ns", "name": name, "uid": uid},
+                "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
+            }
+        )
+        return ClaimRef(namespace="ns", name=name, uid=uid)
+
+    def prepare(self, *refs: ClaimRef) -> dict[str, ClaimPrepareResult]:
+        return self.state.prepare(list(refs))
+
+    def unprepare(self, *refs: ClaimRef) -> dict[str, ClaimUnprepareResult]:
+        return self.state.unprepare(list(refs))
+
+    def prepared(self, ref: ClaimRef) -> list[PreparedDevice]:
+        return self.state.prepared_claims()[ref.uid].prepared["amd_ainic"]
+
+    def cdi(self, ref: ClaimRef) -> dict[str, Any]:
+        path = self.cdi_dir / f"k8s.{DRIVER}-claim_{ref.uid}.json"
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+
+    def env(self, ref: ClaimRef) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for dev in self.cdi(ref)["devices"]:
+            for item in dev["containerEdits"].get("env", []):
+                key, _, value = item.partition("=")
+                out[key] = value
+        return out
+
+    def device_nodes(self, ref: ClaimRef) -> list[str]:
+        return [
+            n["path"]
+            for dev in self.cdi(ref)["devices"]
+            for n in dev["containerEdits"].get("deviceNodes", [])
+        ]
+
+    def numvfs(self, pf: str) -> int:
+        return len(list((self.root / "sys/bus/pci/devices" / pf).resolve().glob("virtfn*")))
+
+
+def nic_config(**fields: Any) -> dict[str, Any]:
+    """An opaque config entry for the claim carrying a ``NicConfig``."""
+    return {
+        "source": "FromClaim",
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {"apiVersion": NIC_CONFIG, "kind": "NicConfig", **fields},
+        },
+    }
+
+
+@contextmanager
+def ainic_node(profile: str, **ainic: Any) -> Iterator[AinicNode]:
+    """A node on ``profile`` with ``plugins.amd_ainic`` = ``ainic`` (state under the tree)."""
+    with tempfile.TemporaryDirectory(prefix="drakit-ainic-", dir=fast_tmp()) as tmp:
+        base = Path(tmp)
+        spec = get_profile(profile)
+        root = SysfsBuilder(spec).build(base / "root")
+        ainic.setdefault("state_dir", str(base / "ainic-state"))
+        settings = DrakitSettings(
+            sysfs_root=root,
+            node_name=NODE,
+            state_dir=base / "state",
+            cdi_dir=base / "cdi",
+            plugins={"amd_ainic": ainic},
+        )
+        with SriovKernel(spec, root) as kernel:
+            host = PluginHost(settings, NodeInfo(name=NODE, sysfs_root=str(root)))
+            build_inventory(host)
+            claims = InMemoryClaims()
+            state = DriverState(
+                DRIVER, host, claims, state_dir=base / "state", cdi_dir=base / "cdi", boot_id="b1"
+            )
+            yield AinicNode(root, state, claims, host, base / "cdi", kernel)

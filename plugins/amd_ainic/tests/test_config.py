@@ -1,0 +1,76 @@
+"""NicConfig through drakit_parse_config (the hook the webhook runs too): errors name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drakit.config import DrakitSettings
+from drakit.errors import ConfigInvalid
+from drakit.models import NodeInfo
+from drakit.pluginhost import PluginHost
+from drakit_amd_ainic.config import NicConfig
+
+DRIVER = "ainic.amd.drakit.io"
+BASE = {"apiVersion": "ainic.drakit.io/v1alpha1", "kind": "NicConfig"}
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> PluginHost:
+    return PluginHost(
+        DrakitSettings(plugins={"amd_ainic": {"state_dir": str(tmp_path)}}),
+        NodeInfo(name="n", sysfs_root=str(tmp_path)),
+    )
+
+
+def test_a_full_config_parses(host: PluginHost) -> None:
+    got = host.parse_config(
+        DRIVER,
+        {
+            **BASE,
+            "queues": 8,
+            "bandwidth": 50,
+            "vf": {
+                "mac": "02:00:00:00:00:0A",
+                "vlan": 7,
+                "trust": False,
+                "spoofChk": True,
+                "mtu": 9000,
+            },
+            "rdma": {"enabled": True},
+        },
+    )
+    assert isinstance(got, NicConfig)
+    assert got.vf is not None
+    assert got.vf.mac == "02:00:00:00:00:0a"
+
+
+@pytest.mark.parametrize(
+    ("fields", "path", "fix"),
+    [
+        ({"queues": 0}, "queues", "greater than or equal to 1"),
+        ({"bandwidth": "fast"}, "bandwidth", "integer"),
+        ({"vf": {"vlan": 4095}}, "vf.vlan", "4094"),
+        ({"vf": {"mac": "zz"}}, "vf.mac", "write it as 02:00:00:00:00:01"),
+        ({"vf": {"mac": "01:00:5e:00:00:01"}}, "vf.mac", "first octet must be even"),
+        ({"vf": {"mtu": 20}}, "vf.mtu", "68"),
+        ({"vf": {"spoofchk": True}}, "vf.spoofchk", ""),
+        ({"rdma": {"enabled": "maybe"}}, "rdma.enabled", "boolean"),
+        ({"queus": 4}, "queus", ""),
+    ],
+)
+def test_errors_name_the_field(
+    host: PluginHost, fields: dict[str, Any], path: str, fix: str
+) -> None:
+    with pytest.raises(ConfigInvalid) as e:
+        host.parse_config(DRIVER, {**BASE, **fields})
+    paths = [p for p, _ in e.value.errors]
+    assert path in paths, e.value.errors
+    assert fix in str(e.value)
+
+
+def test_other_kinds_are_not_ours(host: PluginHost) -> None:
+    with pytest.raises(ConfigInvalid):
+        host.parse_config(DRIVER, {"apiVersion": "cpu.drakit.io/v1alpha1", "kind": "CpuConfig"})

@@ -1,0 +1,252 @@
+"""AINIC discovery on every AINIC profile: modes, attributes mapped through sysfs, rails."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from drakit.config import DrakitSettings
+from drakit.errors import ConfigInvalid
+from drakit.models import Device, NodeInfo
+from drakit.pluginhost import PluginHost
+from drakit.runtime import fast_tmp
+from drakit.sim import build_profile
+
+AINIC_PROFILES = {  # profile -> VFs per PF
+    "mi300x-8gpu-8ainic": 0,
+    "mi300x-8gpu-8ainic-16vf": 16,
+    "h200-8gpu-8ainic": 0,
+    "h200-8gpu-8ainic-sriov": 4,
+}
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+NUMA = "resource.kubernetes.io/numaNode"
+
+Discover = Callable[..., dict[str, Device]]
+
+
+@pytest.fixture(scope="module")
+def roots() -> Iterator[dict[str, Path]]:
+    with tempfile.TemporaryDirectory(prefix="drakit-ainic-disc-", dir=fast_tmp()) as tmp:
+        yield {name: build_profile(name, Path(tmp) / name) for name in AINIC_PROFILES}
+
+
+@pytest.fixture
+def discover(roots: dict[str, Path], tmp_path: Path) -> Discover:
+    def run(profile: str, **ainic: Any) -> dict[str, Device]:
+        ainic.setdefault("state_dir", str(tmp_path / "state"))
+        host = PluginHost(
+            DrakitSettings(plugins={"amd_ainic": ainic}),
+            NodeInfo(name="n1", sysfs_root=str(roots[profile])),
+        )
+        return {k.device: d for k, d in host.discover().devices.items()}
+
+    return run
+
+
+def attrs(dev: Device) -> dict[str, Any]:
+    return {k: v.value for k, v in dev.attributes.items()}
+
+
+def real(root: Path, bdf: str) -> Path:
+    return Path(os.path.realpath(root / "sys/bus/pci/devices" / bdf))
+
+
+@pytest.mark.parametrize("profile", sorted(AINIC_PROFILES))
+def test_pf_mode_maps_every_attribute_through_sysfs(
+    profile: str, discover: Discover, roots: dict[str, Path]
+) -> None:
+    root = roots[profile]
+    devs = discover(profile)
+    assert sorted(devs) == [f"ainic-{i}" for i in range(8)]
+    bdfs = [attrs(d)[PCI_BUS_ID] for d in devs.values()]
+    assert bdfs == sorted(bdfs), "ainic-<n> is PCI order"
+    for dev in devs.values():
+        a = attrs(dev)
+        d = real(root, str(a[PCI_BUS_ID]))
+        assert a["type"] == "pf"
+        assert a["model"] == "Pollara 400"
+        assert (a["pciVendorID"], a["pciDeviceID"]) == ("1dd8", "1002")
+        assert a[PCIE_ROOT] == d.relative_to((root / "sys/devices").resolve()).parts[0]
+        assert a[NUMA] == int((d / "numa_node").read_text())
+        (ifname,) = os.listdir(d / "net")
+        assert a["ifName"] == a["pfName"] == ifname
+        net = root / "sys/class/net" / ifname
+        assert a["mac"] == (net / "address").read_text().strip()
+        assert a["mtu"] == int((net / "mtu").read_text())
+        assert a["linkSpeedGbps"] == int((net / "speed").read_text()) // 1000
+        (ibdev,) = os.listdir(d / "infiniband")
+        assert a["rdmaDevice"] == ibdev
+        assert a["rdma"] is True
+        assert a["firmwareVersion"] == (d / "infiniband" / ibdev / "fw_ver").read_text().strip()
+        assert a["kernelDriver"] == "ionic"
+        assert a["sriovTotalVFs"] == int((d / "sriov_totalvfs").read_text())
+        queues = len([q for q in os.listdir(net / "queues") if q.startswith("rx-")])
+        assert dev.capacity["queues"].value == str(queues)
+        assert dev.capacity["bandwidth"].value == "400"
+        assert dev.allow_multiple_allocations is None
+
+
+@pytest.mark.parametrize("profile", [p for p, n in sorted(AINIC_PROFILES.items()) if n])
+def test_vf_mode_publishes_each_vf_with_its_own_rdma_device(
+    profile: str, discover: Discover, roots: dict[str, Path]
+) -> None:
+    root, per = roots[profile], AINIC_PROFILES[profile]
+    devs = discover(profile, default_mode="vf")
+    assert len(devs) == 8 * per
+    pfs = {attrs(d)[PCI_BUS_ID]: attrs(d) for d in discover(profile).values()}
+    rdma = set()
+    for name, dev in devs.items():
+        a = attrs(dev)
+        pf = pfs[str(a["pfPciAddress"])]
+        assert name == f"{'-'.join(name.split('-')[:2])}-vf-{a['vfIndex']}"
+        assert a["type"] == "vf"
+        assert a["pciDeviceID"] == "1003"
+        vf_dir = real(root, str(a[PCI_BUS_ID]))
+        pf_dir = real(root, str(a["pfPciAddress"]))
+        assert Path(os.path.realpath(pf_dir / f"virtfn{a['vfIndex']}")) == vf_dir
+        assert a[PCIE_ROOT] == pf[PCIE_ROOT], "a VF inherits its PF's root complex"
+        assert a[NUMA] == pf[NUMA]
+        assert a["pfName"] == pf["ifName"]
+        (ibdev,) = os.listdir(vf_dir / "infiniband")
+        assert a["rdmaDevice"] == ibdev
+        rdma.add(ibdev)
+        assert dev.capacity["queues"].value == "4"
+    assert len(rdma) == len(devs)
+
+
+def test_shared_mode_capacities_and_request_policies(discover: Discover) -> None:
+    devs = discover("h200-8gpu-8ainic", default_mode="shared", vf_limit=6)
+    dev = devs["ainic-0"]
+    assert dev.allow_multiple_allocations is True
+    assert attrs(dev)["type"] == "shared"
+    caps = {k: c.model_dump(by_alias=True, exclude_none=True) for k, c in dev.capacity.items()}
+    assert caps == {
+        "queues": {
+            "value": "16",
+            "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "16"}},
+        },
+        "bandwidth": {
+            "value": "400",
+            "requestPolicy": {"default": "10", "validRange": {"min": "1", "max": "400"}},
+        },
+        "vfs": {"value": "6", "requestPolicy": {"default": "1", "validValues": ("1",)}},
+    }
+    # existing VFs are the pool as they are; none are created on demand there
+    pooled = discover("h200-8gpu-8ainic-sriov", default_mode="shared", vf_limit=6)
+    assert pooled["ainic-0"].capacity["vfs"].value == "4"
+
+
+def test_mixed_modes_by_address_glob_and_name(discover: Discover) -> None:
+    devs = discover(
+        "h200-8gpu-8ainic-sriov",
+        default_mode="none",
+        nics=[
+            {"select": {"pci_addresses": ["0000:18:00.0"]}, "mode": "pf"},
+            {"select": {"if_names": ["enp6*"]}, "mode": "vf"},  # enp64s0
+            {"select": {"pf_names": ["enp79s0", "enp94s0"]}, "mode": "shared"},
+        ],
+    )
+    types = {n: attrs(d)["type"] for n, d in devs.items()}
+    assert types == {
+        "ainic-0": "pf",
+        **{f"ainic-1-vf-{i}": "vf" for i in range(4)},
+        "ainic-2": "shared",
+        "ainic-3": "shared",
+    }
+
+
+def test_a_pf_selected_twice_is_an_error_naming_both_rules(discover: Discover) -> None:
+    with pytest.raises(ConfigInvalid) as e:
+        discover(
+            "h200-8gpu-8ainic",
+            nics=[
+                {"select": {"if_names": ["enp*"]}, "mode": "shared"},
+                {"select": {"pci_addresses": ["0000:40:00.0"]}, "mode": "pf"},
+            ],
+        )
+    msg = str(e.value)
+    assert "plugins.amd_ainic.nics[1].select" in msg
+    assert "0000:40:00.0" in msg
+    assert "nics[0] and plugins.amd_ainic.nics[1]" in msg
+
+
+@pytest.mark.parametrize(
+    ("rule", "path", "fix"),
+    [
+        ({"select": {}, "mode": "pf"}, "nics[0].select", "set pci_addresses, if_names or pf_names"),
+        (
+            {"select": {"pci_addresses": ["18:00.0"]}, "mode": "pf"},
+            "nics[0].select.pci_addresses",
+            "e.g. 0000:18:00.0",
+        ),
+        ({"select": {"pf_names": ["enp24s0"]}, "mode": "half"}, "nics[0].mode", "half"),
+    ],
+)
+def test_bad_rules_are_rejected_naming_the_field(
+    rule: dict[str, Any], path: str, fix: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigInvalid) as e:
+        PluginHost(
+            DrakitSettings(plugins={"amd_ainic": {"nics": [rule]}}),
+            NodeInfo(name="n", sysfs_root=str(tmp_path)),
+        )
+    assert f"plugins.amd_ainic.{path}" in str(e.value)
+    assert fix in str(e.value)
+
+
+def test_rails_and_fabric_from_map_and_file(discover: Discover, tmp_path: Path) -> None:
+    topo = tmp_path / "topology.json"
+    topo.write_text(
+        json.dumps({"0000:40:00.0": {"rail": 1, "fabric": "spine-b"}, "enp79s0": {"rail": 2}})
+    )
+    devs = discover(
+        "h200-8gpu-8ainic",
+        rails={"enp24s0": 0},
+        fabric="pod-a",
+        topology_file=str(topo),
+    )
+    got = {n: (attrs(d).get("rail"), attrs(d).get("fabric")) for n, d in devs.items()}
+    assert got["ainic-0"] == (0, "pod-a")
+    assert got["ainic-1"] == (1, "spine-b")
+    assert got["ainic-2"] == (2, "pod-a")
+    assert got["ainic-3"] == (None, "pod-a")
+
+
+def test_nothing_published_without_ainics(tmp_path: Path) -> None:
+    root = build_profile("dgx-h100", tmp_path / "dgx")
+    host = PluginHost(
+        DrakitSettings(plugins={"amd_ainic": {"state_dir": str(tmp_path / "s")}}),
+        NodeInfo(name="n", sysfs_root=str(root)),
+    )
+    assert not host.discover().devices
+
+
+def test_the_mixed_modes_example_loads_and_publishes(roots: dict[str, Path]) -> None:
+    example = Path(__file__).parent.parent / "examples" / "mixed-modes.yaml"
+    raw = yaml.safe_load(example.read_text())
+    raw["plugins"]["amd_ainic"]["state_dir"] = str(roots["h200-8gpu-8ainic-sriov"] / "x")
+    host = PluginHost(
+        DrakitSettings(**raw),
+        NodeInfo(name="n1", sysfs_root=str(roots["h200-8gpu-8ainic-sriov"])),
+    )
+    devs = {k.device: attrs(d) for k, d in host.discover().devices.items()}
+    assert {n: a["type"] for n, a in devs.items()} == {
+        "ainic-0": "shared",
+        "ainic-1": "shared",
+        **{f"ainic-2-vf-{i}": "vf" for i in range(4)},
+        "ainic-3": "pf",
+        "ainic-4": "pf",
+        "ainic-5": "pf",
+        "ainic-6": "pf",
+    }
+    assert "ainic-7" not in devs, "left to the device plugin"
+    assert devs["ainic-6"]["rail"] == 6
+    assert {a["fabric"] for a in devs.values()} == {"cluster-a-rdma"}

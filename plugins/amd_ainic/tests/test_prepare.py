@@ -1,0 +1,225 @@
+"""Prepare and unprepare through the real pipeline: PFs, VFs, shares, on-demand VFs, repair."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from drakit.models import AllocatedDevice, ClaimInfo
+from drakit.sim.ainic import vf_settings
+from drakit.strategy_models import SelectionRequest
+from drakit_amd_ainic.ledger import Ledger
+from drakit_amd_ainic.strategies import least_loaded
+
+from .conftest import DRIVER, NODE, AinicNode, ainic_node, nic_config
+
+SHARE = {"queues": "4", "bandwidth": "25", "vfs": "1"}
+
+
+def uverbs_of(root: Path, rdma: str) -> str:
+    """The uverbs char device sysfs maps to an RDMA device (what discovery must find)."""
+    base = root / "sys/class/infiniband_verbs"
+    (name,) = [u for u in os.listdir(base) if (base / u / "ibdev").read_text().strip() == rdma]
+    return f"/dev/infiniband/{name}"
+
+
+def pf_bdf(node: AinicNode, device: str) -> str:
+    return node.plugin.published[device].nic.pf.bdf
+
+
+def test_pf_claim_gets_its_uverbs_rdma_cm_and_env() -> None:
+    with ainic_node("h200-8gpu-8ainic") as node:
+        ref = node.add("c1", [("nic", "ainic-3", None)])
+        res = node.prepare(ref)[ref.uid]
+        assert not res.error, res.error
+        assert node.device_nodes(ref) == [
+            uverbs_of(node.root, "ionic_3"),
+            "/dev/infiniband/rdma_cm",
+        ]
+        env = node.env(ref)
+        assert env == {
+            "DRAKIT_AINIC_AINIC_3_PCI": "0000:5e:00.0",
+            "DRAKIT_AINIC_AINIC_3_IFNAME": "enp94s0",
+            "DRAKIT_AINIC_AINIC_3_QUEUES": "0-15",
+            "DRAKIT_AINIC_AINIC_3_RDMA_DEVICE": "ionic_3",
+            "DRAKIT_AINIC_AINIC_3_UVERBS": uverbs_of(node.root, "ionic_3"),
+        }
+        assert not node.unprepare(ref)[ref.uid].error
+
+
+def test_vf_settings_on_a_pf_fail_only_that_claim_naming_the_field() -> None:
+    with ainic_node("h200-8gpu-8ainic") as node:
+        bad = node.add("bad", [("nic", "ainic-0", None)], [nic_config(vf={"vlan": 10})])
+        good = node.add("good", [("nic", "ainic-1", None)])
+        res = node.prepare(bad, good)
+        assert "NicConfig vf: sets a VF, and this device is a whole PF" in res[bad.uid].error
+        assert not res[good.uid].error
+
+
+def test_vf_mode_applies_vf_settings_and_unprepare_resets_them() -> None:
+    with ainic_node("h200-8gpu-8ainic-sriov", default_mode="vf") as node:
+        cfg = nic_config(
+            vf={
+                "mac": "02:AA:00:00:00:01",
+                "vlan": 100,
+                "trust": True,
+                "spoofChk": False,
+                "mtu": 4000,
+            },
+            queues=2,
+            bandwidth=50,
+        )
+        ref = node.add("c1", [("nic", "ainic-2-vf-1", None)], [cfg])
+        res = node.prepare(ref)[ref.uid]
+        assert not res.error, res.error
+        pf = pf_bdf(node, "ainic-2-vf-1")
+        assert vf_settings(node.root, pf)[1] == {
+            "mac": "02:aa:00:00:00:01",
+            "vlan": 100,
+            "trust": True,
+            "spoofchk": False,
+            "max_tx_rate_mbps": 50_000,
+        }
+        vf_if = node.root / "sys/class/net/enp79s0v1"
+        assert (vf_if / "mtu").read_text().strip() == "4000"
+        assert sorted(os.listdir(vf_if / "queues")) == ["rx-0", "rx-1", "tx-0", "tx-1"]
+        env = node.env(ref)
+        assert env["DRAKIT_AINIC_AINIC_2_VF_1_IFNAME"] == "enp79s0v1"
+        assert env["DRAKIT_AINIC_AINIC_2_VF_1_RDMA_DEVICE"] == "rocep79s0v1"
+        assert node.device_nodes(ref)[0] == uverbs_of(node.root, "rocep79s0v1")
+        assert not node.unprepare(ref)[ref.uid].error
+        assert vf_settings(node.root, pf)[1] == {
+            "mac": "00:00:00:00:00:00",
+            "vlan": 0,
+            "trust": False,
+            "spoofchk": True,
+            "max_tx_rate_mbps": 0,
+        }
+        assert (vf_if / "mtu").read_text().strip() == "9000"
+        assert len(os.listdir(vf_if / "queues")) == 8  # back to the VF's 4 queue pairs
+        assert Ledger(node.plugin.preparer.ledger.dir).load().assignments == []
+
+
+def test_shares_get_their_own_vf_created_on_demand_and_removed_when_idle() -> None:
+    with ainic_node("h200-8gpu-8ainic", default_mode="shared", vf_limit=4) as node:
+        pf = pf_bdf(node, "ainic-0")
+        assert node.numvfs(pf) == 0
+        a = node.add("a", [("nic", "ainic-0", SHARE)])
+        b = node.add("b", [("nic", "ainic-0", {**SHARE, "bandwidth": "100"})])
+        res = node.prepare(a, b)
+        assert not res[a.uid].error, res
+        assert not res[b.uid].error, res
+        assert node.numvfs(pf) == 4
+        vfs = [node.prepared(r)[0].state["vf"] for r in (a, b)]
+        assert vfs == [0, 1], "least-loaded: the lowest free VF"
+        rates = vf_settings(node.root, pf)
+        assert (rates[0]["max_tx_rate_mbps"], rates[1]["max_tx_rate_mbps"]) == (25_000, 100_000)
+        nodes_a, nodes_b = node.device_nodes(a), node.device_nodes(b)
+        assert nodes_a[0] != nodes_b[0], "each share gets its own uverbs device"
+        env = next(v for k, v in node.env(a).items() if k.endswith("_QUEUES"))
+        assert env == "0-3"
+        assert not node.unprepare(a)[a.uid].error
+        assert node.numvfs(pf) == 4, "b still holds a VF"
+        assert not node.unprepare(b)[b.uid].error
+        assert node.numvfs(pf) == 0, "on-demand VFs go when the pool is idle"
+        assert node.kernel.refused == []
+
+
+def test_preexisting_vfs_are_never_removed() -> None:
+    with ainic_node("h200-8gpu-8ainic-sriov", default_mode="shared") as node:
+        pf = pf_bdf(node, "ainic-1")
+        ref = node.add("a", [("nic", "ainic-1", SHARE)])
+        assert not node.prepare(ref)[ref.uid].error
+        assert not node.unprepare(ref)[ref.uid].error
+        assert node.numvfs(pf) == 4
+
+
+def test_a_share_asking_more_than_its_allocation_fails_naming_the_field() -> None:
+    with ainic_node("h200-8gpu-8ainic", default_mode="shared") as node:
+        ref = node.add("a", [("nic", "ainic-0", SHARE)], [nic_config(queues=8)])
+        err = node.prepare(ref)[ref.uid].error
+        assert "NicConfig queues: 8 is more than the 4 queues this share was allocated" in err
+        assert "request capacity queues: 8" in err
+
+
+def test_invalid_nic_config_fails_only_its_claim() -> None:
+    with ainic_node("h200-8gpu-8ainic") as node:
+        bad = node.add("bad", [("nic", "ainic-0", None)], [nic_config(vf={"vlan": 5000}, rmda={})])
+        good = node.add("good", [("nic", "ainic-1", None)], [nic_config(rdma={"enabled": False})])
+        res = node.prepare(bad, good)
+        assert "vf.vlan" in res[bad.uid].error
+        assert "4094" in res[bad.uid].error
+        assert "rmda" in res[bad.uid].error
+        assert not res[good.uid].error
+        assert node.device_nodes(good) == [], "rdma.enabled false: no char devices"
+
+
+def test_repeated_prepare_after_a_lost_cdi_spec_keeps_the_same_vf() -> None:
+    with ainic_node("h200-8gpu-8ainic", default_mode="shared", vf_limit=2) as node:
+        ref = node.add("a", [("nic", "ainic-4", SHARE)])
+        assert not node.prepare(ref)[ref.uid].error
+        first = node.prepared(ref)[0].state
+        for spec in node.cdi_dir.iterdir():
+            spec.unlink()  # the pipeline now calls the backend again
+        assert not node.prepare(ref)[ref.uid].error
+        assert node.prepared(ref)[0].state == first
+        ledger = node.plugin.preparer.ledger.load()
+        assert len(ledger.assignments) == 1
+
+
+def test_a_vf_left_by_a_lost_claim_is_reset_by_the_next_prepare() -> None:
+    with ainic_node("h200-8gpu-8ainic", default_mode="shared", vf_limit=2) as node:
+        pf = pf_bdf(node, "ainic-5")
+        # a prepare whose result never reached the checkpoint (the process was killed)
+        lost = ClaimInfo(
+            namespace="ns",
+            name="lost",
+            uid="lost-uid",
+            devices=(
+                AllocatedDevice.model_validate(
+                    {
+                        "request": "nic",
+                        "driver": DRIVER,
+                        "pool": NODE,
+                        "device": "ainic-5",
+                        "consumedCapacity": SHARE,
+                        "shareID": "0123abcd",
+                    }
+                ),
+            ),
+        )
+        node.plugin.drakit_prepare_devices(lost, [])
+        assert node.numvfs(pf) == 2
+        assert vf_settings(node.root, pf)[0]["max_tx_rate_mbps"] == 25_000
+        other = node.add("other", [("nic", "ainic-6", None)])
+        assert not node.prepare(other)[other.uid].error
+        assert vf_settings(node.root, pf)[0]["max_tx_rate_mbps"] == 0
+        assert node.numvfs(pf) == 0
+        left = node.plugin.preparer.ledger.load().assignments
+        assert [a.claim for a in left] == [other.uid]
+
+
+def test_32_shares_in_flight_never_share_a_vf() -> None:
+    with ainic_node("mi300x-8gpu-8ainic-16vf", default_mode="shared") as node:
+        refs = [
+            node.add(f"c{i}", [("nic", f"ainic-{i % 2}", {"queues": "1", "bandwidth": "10"})])
+            for i in range(32)
+        ]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(lambda r: node.prepare(r)[r.uid], refs))
+        assert [r.error for r in results] == [""] * 32
+        held = [(p.state["pf"], p.state["vf"]) for r in refs for p in node.prepared(r)]
+        assert len(set(held)) == 32
+        devices = [node.device_nodes(r)[0] for r in refs]
+        assert len(set(devices)) == 32
+
+
+def test_least_loaded_prefers_fewest_shares_then_lowest_index() -> None:
+    req = SelectionRequest(
+        kind="ainic-vf",
+        count=1,
+        available=frozenset({1, 2, 3}),
+        options={"loads": {1: 2, 2: 1, 3: 1}},
+    )
+    assert least_loaded(req).units == frozenset({2})

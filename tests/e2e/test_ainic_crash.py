@@ -1,0 +1,196 @@
+"""AINIC shares survive ``kill -9``: restart, unprepare, and no VF is assigned or left behind.
+
+One node on ``h200-8gpu-8ainic`` with ainic-0 in ``shared`` mode: its VFs are created on demand
+(the simulated SR-IOV kernel runs beside the tree in the test process). For each crash point of
+:data:`drakit.faults.CRASH_POINTS` the node runs with ``DRAKIT_CRASH_AT`` set, the kubelet
+stand-in prepares a scheduled pod's share (and, for the unprepare points, unprepares it), the
+node dies with SIGKILL inside the call, is restarted without the variable, and the kubelet
+unprepares the claim. Afterwards the PF has no VFs (the on-demand pool is gone), the VF ledger
+holds nothing, and the VF the share had got is reset.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.controlplane import ControlPlane, KubeletStandIn, StandInResult, wait_for
+from tests.e2e.nodeproc import (
+    DRIVERS,
+    RESOURCE,
+    NodeDirs,
+    NodeProcess,
+    create_device_class,
+    kubelet_flags,
+)
+
+from drakit.faults import CRASH_POINTS
+from drakit.runtime import fast_tmp
+from drakit.sim import SysfsBuilder, get_profile
+from drakit.sim.ainic import SriovKernel, vf_settings
+
+pytestmark = pytest.mark.e2e
+
+NIC = DRIVERS["amd_ainic"]
+PROFILE = "h200-8gpu-8ainic"
+PF = "0000:18:00.0"
+
+
+@dataclass
+class Env:
+    cp: ControlPlane
+    standin: KubeletStandIn
+    node: str
+    namespace: str
+    dirs: NodeDirs
+    root: Path
+
+    @property
+    def ledger(self) -> Path:
+        return self.dirs.state_dir / "ainic" / "vf-ledger.json"
+
+    def process(self, name: str, env: dict[str, str] | None = None) -> NodeProcess:
+        return NodeProcess(
+            kubeconfig=self.cp.kubeconfig,
+            node_name=self.node,
+            dirs=self.dirs,
+            plugins={
+                "amd_ainic": {
+                    "state_dir": str(self.dirs.state_dir / "ainic"),
+                    "nics": [
+                        {"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 2}
+                    ],
+                }
+            },
+            sysfs_root=self.root,
+            instance_id="nic-crash",
+            env=env,
+            name=name,
+        )
+
+    def kubelet(self, op: str, state: str) -> StandInResult:
+        flags = kubelet_flags(self.dirs, self.node, f"{self.namespace}/victim", state=state)
+        return self.standin.run(op, *flags, f"--driver={NIC}")
+
+    def numvfs(self) -> int:
+        return len(list((self.root / "sys/bus/pci/devices" / PF).resolve().glob("virtfn*")))
+
+    def assignments(self) -> list[dict[str, Any]]:
+        if not self.ledger.exists():
+            return []
+        out: list[dict[str, Any]] = json.loads(self.ledger.read_text())["assignments"]
+        return out
+
+
+@pytest.fixture(scope="module")
+def env(
+    control_plane: ControlPlane, kubelet_standin: KubeletStandIn, request: pytest.FixtureRequest
+) -> Iterator[Env]:
+    cp = control_plane
+    node = f"nic-crash-{uuid.uuid4().hex[:6]}"
+    namespace = f"nic-crash-{uuid.uuid4().hex[:6]}"
+    cls = f"nic-crash-{uuid.uuid4().hex[:6]}"
+    cp.create_node(node)
+    cp.api("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    create_device_class(cp, cls, NIC)
+    dirs = NodeDirs.create("dk-nicc-")
+    spec = get_profile(PROFILE)
+    with tempfile.TemporaryDirectory(prefix="dk-nicc-root-", dir=fast_tmp()) as tmp:
+        root = SysfsBuilder(spec).build(Path(tmp) / "root")
+        try:
+            with SriovKernel(spec, root):
+                cp.api(
+                    "POST",
+                    f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceClaimTemplate",
+                        "metadata": {"name": "share"},
+                        "spec": {
+                            "spec": {
+                                "devices": {
+                                    "requests": [
+                                        {
+                                            "name": "nic",
+                                            "exactly": {
+                                                "deviceClassName": cls,
+                                                "capacity": {"requests": {"bandwidth": "40"}},
+                                            },
+                                        }
+                                    ]
+                                }
+                            }
+                        },
+                    },
+                )
+                e = Env(cp, kubelet_standin, node, namespace, dirs, root)
+                with e.process("setup") as proc:
+                    proc.wait_ready(timeout=90)
+                    cp.api(
+                        "POST",
+                        f"/api/v1/namespaces/{namespace}/pods",
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "metadata": {"name": "victim"},
+                            "spec": {
+                                "nodeSelector": {"kubernetes.io/hostname": node},
+                                "containers": [
+                                    {
+                                        "name": "main",
+                                        "image": "x.invalid/x",
+                                        "resources": {"claims": [{"name": "d"}]},
+                                    }
+                                ],
+                                "resourceClaims": [
+                                    {"name": "d", "resourceClaimTemplateName": "share"}
+                                ],
+                            },
+                        },
+                    )
+
+                    def bound() -> bool:
+                        pod = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/victim")
+                        return bool(
+                            pod["spec"].get("nodeName")
+                            and pod.get("status", {}).get("resourceClaimStatuses")
+                        )
+
+                    wait_for(bound, timeout=60, what="the victim pod to be scheduled")
+                    assert proc.terminate() == 0
+                yield e
+        finally:
+            cp.delete_node(node)
+            cp.api("DELETE", f"{RESOURCE}/deviceclasses/{cls}")
+            cp.api("DELETE", f"/api/v1/namespaces/{namespace}")
+            dirs.remove()
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_killed_then_restarted_and_unprepared_leaves_no_vf(env: Env, point: str) -> None:
+    state = f"k-{point}"
+    preparing = point.startswith("prepare-")
+    with env.process(f"{point}-crash", {"DRAKIT_CRASH_AT": point}) as doomed:
+        if not preparing:
+            ok = env.kubelet("prepare", state)
+            assert ok.exit_code == 0, (ok.doc, ok.stderr[-2000:])
+        call = env.kubelet("prepare" if preparing else "unprepare", state)
+        assert call.exit_code == 1, call.doc
+        assert doomed.wait(timeout=30) == -signal.SIGKILL
+    touched = env.numvfs() > 0
+    with env.process(f"{point}-restart") as proc:
+        done = env.kubelet("unprepare", state)
+        assert done.exit_code == 0, (done.doc, done.stderr[-2000:], proc.log_tail())
+        assert env.assignments() == [], point
+        assert env.numvfs() == 0, f"{point}: on-demand VFs left behind"
+        assert proc.terminate() == 0
+    if touched:
+        for vf, settings in vf_settings(env.root, PF).items():
+            assert settings.get("max_tx_rate_mbps") == 0, (point, vf, settings)
