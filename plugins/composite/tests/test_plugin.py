@@ -41,7 +41,7 @@ def test_pairs_carry_placement_member_and_quota_facts(host: PluginHost) -> None:
         assert use.counter_set == name
         assert use.counters == {
             "gpu-memory": gpu.capacity["memory"].value,
-            "nic-bandwidth": "400000M",
+            "nic-bandwidth": "400G",
         }
     sets = {cs.name: cs.counters for cs in found.counter_sets[(PAIRS, host.node.name)]}
     assert sets == {n: d.consumes_counters[0].counters for n, d in pairs.items()}

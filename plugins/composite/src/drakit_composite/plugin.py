@@ -78,9 +78,12 @@ def _counters(gpu: Device, nic: Device) -> dict[str, str]:
     mem = gpu.capacity.get("memory")
     if mem is not None:
         out[GPU_MEMORY] = str(mem.value)
-    speed = nic.attributes.get("linkSpeedMbps")
-    if speed is not None and isinstance(speed.value, int) and not isinstance(speed.value, bool):
-        out[NIC_BANDWIDTH] = f"{speed.value}M"  # bits per second, SI suffix
+    # the AINIC backend publishes Gbit/s; a NIC backend may publish Mbit/s
+    for attr, suffix in (("linkSpeedGbps", "G"), ("linkSpeedMbps", "M")):
+        speed = nic.attributes.get(attr)
+        if speed is not None and isinstance(speed.value, int) and not isinstance(speed.value, bool):
+            out[NIC_BANDWIDTH] = f"{speed.value}{suffix}"  # bits per second, SI suffix
+            break
     return out
 
 
