@@ -505,6 +505,17 @@ class AllocationResult(_Lenient):
     devices: DeviceAllocationResult = DeviceAllocationResult()
     node_selector: NodeSelector | None = Field(default=None, alias="nodeSelector")
 
+    def to_api(self) -> dict[str, Any]:
+        """The API JSON, omitting empty fields."""
+        out: dict[str, Any] = {"devices": {"results": [r.to_api() for r in self.devices.results]}}
+        if self.devices.config:
+            out["devices"]["config"] = [dict(c) for c in self.devices.config]
+        if self.node_selector is not None:
+            out["nodeSelector"] = self.node_selector.model_dump(
+                by_alias=True, exclude_defaults=True
+            )
+        return out
+
 
 class ClaimStatus(_Lenient):
     """``ResourceClaim.status``."""
