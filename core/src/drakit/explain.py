@@ -32,7 +32,12 @@ from drakit.allocator import (
     ResourceClaim,
     ResourceSlice,
 )
-from drakit.allocator.engine import RequestData, consumed_capacity, taint_blocking
+from drakit.allocator.engine import (
+    AllocatedState,
+    RequestData,
+    consumed_capacity,
+    taint_blocking,
+)
 from drakit.allocator.engine import _violates as violates_policy
 from drakit.allocator.pools import Candidate, node_matches
 from drakit.allocator.quantity import format_quantity, parse_quantity
@@ -112,6 +117,9 @@ def _exclusion(  # noqa: PLR0911 - one return per kind of exclusion
     for sel in data.class_selectors:
         if not sel.matches(cand.env):
             return "class", f"not in class {data.device_class.name}"
+    if not data.admin_access and cand.id in alloc.state.devices:
+        owners = ", ".join(alloc.state.owners.get(cand.id, [])) or "another claim"
+        return "in-use", f"in use by {owners}"
     for sel in data.selectors:
         if not sel.matches(cand.env):
             return "selector", f"selector `{sel.expression}` is false"
@@ -119,9 +127,6 @@ def _exclusion(  # noqa: PLR0911 - one return per kind of exclusion
         d = cand.device
         if not node_matches(alloc.node, d.node_name, d.all_nodes, d.node_selector):
             return "node", "the device is not available on this node"
-    if not data.admin_access and cand.id in alloc.state.devices:
-        owners = ", ".join(alloc.state.owners.get(cand.id, [])) or "another claim"
-        return "in-use", f"in use by {owners}"
     capacity = _capacity_problem(alloc, data, cand)
     if capacity is not None:
         return "capacity", capacity
@@ -409,10 +414,11 @@ def explain(
         c for c in allocated if c.metadata.uid != claim.metadata.uid or not claim.metadata.uid
     ]
     existing = claim.status.allocation
+    state = AllocatedState.of(others)
     return Explanation(
         claim=claim.ref,
         allocated=[r.to_api() for r in existing.devices.results] if existing else None,
-        nodes=[explain_node(Allocator(n, slices, classes, others), claim) for n in nodes],
+        nodes=[explain_node(Allocator(n, slices, classes, state=state), claim) for n in nodes],
     )
 
 

@@ -141,15 +141,16 @@ class DeviceAttribute(_Lenient):
     @property
     def kind(self) -> str:
         """``int``, ``bool``, ``string``, ``version`` or a list kind."""
-        for name, v in self:
-            if v is not None:
-                return type(self).model_fields[name].alias or name
+        for field, kind in _ATTRIBUTE_KINDS:
+            if getattr(self, field) is not None:
+                return kind
         raise AssertionError("unreachable: validated")
 
     @property
     def value(self) -> Any:
         """The value, whatever its type."""
-        for _, v in self:
+        for field, _ in _ATTRIBUTE_KINDS:
+            v = getattr(self, field)
             if v is not None:
                 return v
         raise AssertionError("unreachable: validated")
@@ -168,6 +169,18 @@ class DeviceAttribute(_Lenient):
         if isinstance(v, tuple):
             return "[" + ", ".join(str(x) for x in v) + "]"
         return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+_ATTRIBUTE_KINDS = (
+    ("string", "string"),
+    ("int_", "int"),
+    ("bool_", "bool"),
+    ("version", "version"),
+    ("ints", "ints"),
+    ("bools", "bools"),
+    ("strings", "strings"),
+    ("versions", "versions"),
+)
 
 
 class ValidRange(_Lenient):

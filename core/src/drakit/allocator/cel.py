@@ -45,6 +45,7 @@ _SEMVER = re.compile(
     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
+_DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
 _LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
 
 
@@ -216,14 +217,19 @@ class DeviceEnv:
             env = cls._cache[key] = cls(value)
         return env
 
-    def context(self, domains: tuple[str, ...]) -> cel.Context:
-        """A context whose maps also hold an empty entry for each of ``domains``."""
+    def context(self, domains: tuple[str, ...], functions: bool) -> cel.Context:
+        """A context whose maps also hold an empty entry for each of ``domains``.
+
+        ``functions``: register the quantity and semver functions (converting them costs
+        about as much as the device itself, so expressions that call none go without).
+        """
         missing = tuple(
             d
             for d in domains
             if d not in self.value["attributes"] or d not in self.value["capacity"]
         )
-        ctx = self._contexts.get(missing)
+        key = (*missing, "\x00f" if functions else "")
+        ctx = self._contexts.get(key)
         if ctx is None:
             value = self.value
             if missing:
@@ -233,9 +239,10 @@ class DeviceEnv:
                     "capacity": {**{d: {} for d in missing}, **value["capacity"]},
                 }
             ctx = cel.Context()
-            ctx.update(_FUNCTIONS)
+            if functions:
+                ctx.update(_FUNCTIONS)
             ctx.add_variable("device", value)
-            self._contexts[missing] = ctx
+            self._contexts[key] = ctx
         return ctx
 
 
@@ -254,7 +261,9 @@ class Selector:
         except (ValueError, RuntimeError) as e:
             raise CelError(f"selector {expression!r} does not compile: {e}") from None
         # String literals that may be domains: give them an empty map on devices lacking them.
-        self._domains = tuple(sorted({a or b for a, b in _LITERAL.findall(expression)}))
+        literals = (a or b for a, b in _LITERAL.findall(expression))
+        self._domains = tuple(sorted({x for x in literals if _DOMAIN.match(x)}))
+        self._functions = any(f"{name}(" in expression for name in _FUNCTIONS)
 
     def matches(self, env: DeviceEnv) -> bool:
         """Evaluate on a device (results are cached in ``env``).
@@ -266,7 +275,7 @@ class Selector:
         if cached is not None:
             return cached
         try:
-            result = self._program.execute(env.context(self._domains))
+            result = self._program.execute(env.context(self._domains, self._functions))
         except CelError as e:
             raise CelError(f"selector {self.expression!r}: {e}") from None
         except Exception as e:  # noqa: BLE001 - the interpreter raises several builtin types

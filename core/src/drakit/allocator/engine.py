@@ -85,11 +85,12 @@ class AllocatedState:
             alloc = claim.status.allocation
             if alloc is None:
                 continue
+            ref = claim.ref
             for r in alloc.devices.results:
                 if r.admin_access:
                     continue
                 dev = (r.driver, r.pool, r.device)
-                state.owners.setdefault(dev, []).append(claim.ref)
+                state.owners.setdefault(dev, []).append(ref)
                 if r.share_id is None:
                     state.devices.add(dev)
                     continue
@@ -280,6 +281,7 @@ class Allocator:
         allocated: Claims already allocated (their devices, shares and counters are in use).
         budget: Search steps before :class:`AllocationError`.
         share_ids: Makes share IDs (default: random UUIDs, as the scheduler).
+        state: What ``allocated`` holds, when already collected (for many nodes at once).
     """
 
     def __init__(
@@ -291,10 +293,11 @@ class Allocator:
         *,
         budget: int = DEFAULT_BUDGET,
         share_ids: Callable[[], str] | None = None,
+        state: AllocatedState | None = None,
     ) -> None:
         self.node = node
         self.classes = dict(classes)
-        self.state = AllocatedState.of(allocated)
+        self.state = state if state is not None else AllocatedState.of(allocated)
         self.pools: list[Pool] = gather_pools(slices, node)
         self.budget = budget
         self.steps = 0

@@ -40,7 +40,11 @@ def parse_quantity(text: str) -> Fraction:
 
 
 def format_quantity(value: Fraction) -> str:
-    """A canonical quantity string for ``value``: binary suffix when exact, else decimal."""
+    """A short quantity string for ``value``.
+
+    A binary suffix for multiples of 1Mi (``80Gi``), else a decimal one where exact (``400G``,
+    ``4k``), else the plain, milli, micro or nano value.
+    """
     if value.denominator == 1:
         n = value.numerator
         if n != 0 and n % 1024**2 == 0:  # memory-like: the largest exact binary suffix
@@ -48,6 +52,9 @@ def format_quantity(value: Fraction) -> str:
                 unit = 1024**power
                 if n % unit == 0:
                     return f"{n // unit}{suffix}"
+        for suffix, exp in (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3)):
+            if n != 0 and n % 10**exp == 0:
+                return f"{n // 10**exp}{suffix}"
         return str(n)
     milli = value * 1000
     if milli.denominator == 1:
