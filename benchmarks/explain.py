@@ -31,6 +31,7 @@ __all__ = ["build", "run_explain"]
 
 DRIVER = "gpu.nvidia.drakit.io"
 NODES = 100
+MODEL = f'device.attributes["{DRIVER}"].model == "H200"'
 DEVICES = 64
 
 
@@ -82,11 +83,7 @@ def build() -> tuple[
                             "deviceClassName": "gpu",
                             "count": 4,
                             "selectors": [
-                                {
-                                    "cel": {
-                                        "expression": f'device.attributes["{DRIVER}"].model == "H200"'
-                                    }
-                                },
+                                {"cel": {"expression": MODEL}},
                                 {
                                     "cel": {
                                         "expression": f'device.capacity["{DRIVER}"].memory'
@@ -139,7 +136,7 @@ def run_explain(repeats: int = 7) -> dict[str, Any]:
     calib: list[float] = []
     fits = 0
     for _ in range(repeats):
-        DeviceEnv._cache.clear()  # noqa: SLF001 - every run starts cold, like a fresh CLI call
+        DeviceEnv._cache.clear()  # every run starts cold, like a fresh CLI call
         c0 = time.perf_counter()
         calibration_workload()
         calib.append(time.perf_counter() - c0)
