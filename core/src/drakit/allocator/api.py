@@ -497,7 +497,9 @@ class DeviceRequestAllocationResult(_Lenient):
 
     def to_api(self) -> dict[str, Any]:
         """The API JSON, omitting unset fields."""
-        return self.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True) | {
+        return self.model_dump(
+            mode="json", by_alias=True, exclude_none=True, exclude_defaults=True
+        ) | {
             "request": self.request,
             "driver": self.driver,
             "pool": self.pool,
@@ -525,7 +527,7 @@ class AllocationResult(_Lenient):
             out["devices"]["config"] = [dict(c) for c in self.devices.config]
         if self.node_selector is not None:
             out["nodeSelector"] = self.node_selector.model_dump(
-                by_alias=True, exclude_defaults=True
+                mode="json", by_alias=True, exclude_defaults=True
             )
         return out
 
