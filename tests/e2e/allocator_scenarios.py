@@ -5,7 +5,8 @@ another on that node (so later claims see the earlier ones as already allocated)
 either from drakit's simulated hardware profiles (the slices ``drakit slices --profile`` renders)
 or are made up: attributes in a shared ``dx.drakit.io`` domain and the driver's own, capacities
 with and without request policies on multi-allocatable devices, partitions drawing on shared
-counters, taints with every effect, several pools and slices in shuffled name order. Claims
+counters, taints with every effect, several pools and slices in shuffled name order, slices
+that select their node by label or per device, incomplete pools. Claims
 mix selectors (plain, quantity and semver functions), ExactCount and All, ``firstAvailable``
 ladders, capacity requests, tolerations, adminAccess, and match/distinct constraints over some
 or all requests.
@@ -25,6 +26,8 @@ from typing import Any
 GPU = "gpu.dx.drakit.io"
 NIC = "nic.dx.drakit.io"
 DOMAIN = "dx.drakit.io"
+NODE_LABEL = "dx.drakit.io/node"
+"""The label every scenario node carries with its own name (for slices with a nodeSelector)."""
 
 #: DeviceClasses the scenarios use, by name: name -> CEL selector.
 CLASSES: dict[str, str] = {
@@ -156,6 +159,21 @@ def _made_up(rng: random.Random, node: str) -> list[dict[str, Any]]:
                     _slice(node, driver, pool, f"{pool}-{short}-{order[made]}", total, devices=devs)
                 )
                 made += 1
+    device_slices = [x for x in slices if x["spec"].get("devices")]
+    if rng.random() < 0.15:  # one slice selects its node by label instead of by name
+        spec = rng.choice(device_slices)["spec"]
+        del spec["nodeName"]
+        spec["nodeSelector"] = {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": NODE_LABEL, "operator": "In", "values": [node]}]}
+            ]
+        }
+    elif rng.random() < 0.12:  # per-device node selection, one device for a node that is not
+        spec = rng.choice(device_slices)["spec"]
+        del spec["nodeName"]
+        spec["perDeviceNodeSelection"] = True
+        for i, d in enumerate(spec["devices"]):
+            d["nodeName"] = node if i % 3 != 2 else f"{node}-elsewhere"
     if rng.random() < 0.05:  # an incomplete pool: nothing in it may be allocated
         slices.append(
             _slice(

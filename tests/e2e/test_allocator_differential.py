@@ -5,8 +5,10 @@ shared control plane. Its claims are scheduled in phases: claim 0 of every scena
 1, then claim 2; a pod per claim is pinned to the scenario's node. After each phase, every
 claim is run through drakit's allocator with the same slices and classes and, as already
 allocated, the scenario's earlier claims as the scheduler allocated them. The outcomes must be
-the same: allocated with the same devices (request, driver, pool, device, in order) and the same
-consumed capacity, or unschedulable ("cannot allocate all claims"), or a scheduling error.
+the same: allocated with the same devices (request, driver, pool, device, in order), the same
+consumed capacity, share IDs and admin access where the scheduler set them, and the same
+allocation node selector; or unschedulable ("cannot allocate all claims"); or a scheduling
+error (a Filter error, such as ``All`` over a pool that is being updated).
 
 The whole run is one test (scenarios are batched so the control plane is shared). ``DRAKIT_
 ALLOC_SEED`` and ``DRAKIT_ALLOC_SCENARIOS`` change the seed (default 1) and the number (320).
@@ -25,7 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from tests.e2e.allocator_scenarios import CLASSES, Scenario, all_profile_classes, generate
+from tests.e2e.allocator_scenarios import (
+    CLASSES,
+    NODE_LABEL,
+    Scenario,
+    all_profile_classes,
+    generate,
+)
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
 
 from drakit.allocator import (
@@ -53,6 +61,7 @@ class Outcome:
     kind: str
     results: list[dict[str, Any]]
     message: str = ""
+    node_selector: dict[str, Any] | None = None
 
 
 def _parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -102,7 +111,7 @@ def cluster(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, str, st
 
 
 def _create_scenario(cp: ControlPlane, sc: Scenario, run: str) -> None:
-    cp.create_node(sc.node, labels={"dx-run": run})
+    cp.create_node(sc.node, labels={"dx-run": run, NODE_LABEL: sc.node})
     for s in sc.slices:
         cp.api("POST", f"{RESOURCE}/resourceslices", s)
 
@@ -193,6 +202,7 @@ def _wait_phase(cp: ControlPlane, ns: str, names: set[str]) -> dict[str, Outcome
             alloc = by_name[name].get("status", {}).get("allocation")
             assert alloc, f"{name}: pod bound but claim not allocated"
             out.results = alloc["devices"]["results"]
+            out.node_selector = alloc.get("nodeSelector")
     return found
 
 
@@ -221,12 +231,14 @@ def _ours(
         {"metadata": {"name": f"{sc.node}-c{phase}"}, "spec": {"devices": sc.claims[phase]}}
     )
     try:
-        got = Allocator(Node.named(sc.node), slices, classes, allocated).allocate([claim])
+        node = Node.named(sc.node, {NODE_LABEL: sc.node})
+        got = Allocator(node, slices, classes, allocated).allocate([claim])
     except AllocationError as e:
         return Outcome("error", [], str(e))
     if got is None:
         return Outcome("unschedulable", [])
-    return Outcome("allocated", [r.to_api() for r in got[0].devices.results])
+    api = got[0].to_api()
+    return Outcome("allocated", api["devices"]["results"], node_selector=api.get("nodeSelector"))
 
 
 def test_allocator_decides_like_kube_scheduler(cluster: tuple[ControlPlane, str, str]) -> None:
@@ -282,11 +294,13 @@ def test_allocator_decides_like_kube_scheduler(cluster: tuple[ControlPlane, str,
             same = mine.kind == real.kind
             if same and real.kind == "allocated":
                 same = [_key(r) for r in mine.results] == [_key(r) for r in real.results]
+                same = same and mine.node_selector == real.node_selector
             if not same:
                 mismatches.append(
                     f"{name} ({sc.kind}, seed {SEED}): scheduler {real.kind} "
-                    f"{real.results or real.message}; drakit {mine.kind} "
-                    f"{mine.results or mine.message}; claim {sc.claims[phase]}"
+                    f"{real.results or real.message} {real.node_selector}; drakit {mine.kind} "
+                    f"{mine.results or mine.message} {mine.node_selector}; "
+                    f"claim {sc.claims[phase]}"
                 )
             if real.kind == "allocated":
                 history[sc.node].append(
