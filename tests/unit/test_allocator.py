@@ -400,3 +400,19 @@ def test_result_limit_of_32() -> None:
 def test_claim_spec_is_strict_and_names_the_field() -> None:
     with pytest.raises(ValidationError, match="deviceClasName"):
         claim({"name": "r", "exactly": {"deviceClasName": "gpu"}})
+
+
+def test_cel_bind_is_reported_as_unsupported() -> None:
+    c = claim(req(selectors=sel("cel.bind(x, device.driver, x == 'a')")))
+    with pytest.raises(AllocationError, match=r"cel\.bind\(\) is not supported"):
+        run([slice_(FOUR)], c)
+
+
+def test_list_attributes_match_by_intersection() -> None:
+    devices = [
+        dev("a", {"numa": {"ints": [0, 1]}}),
+        dev("b", {"numa": {"ints": [2]}}),
+        dev("c", {"numa": {"ints": [1, 2]}}),
+    ]
+    c = claim(req(count=2), constraints=[{"matchAttribute": f"{GPU}/numa"}])
+    assert run([slice_(devices)], c) == [["r=a", "r=c"]]
