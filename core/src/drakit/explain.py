@@ -326,8 +326,8 @@ def _constraint_reasons(
                 kind="constraint",
                 message=(
                     "the preferred policy would fit: with the constraint preferred instead of "
-                    "required (a firstAvailable ladder [aligned, any], as the `numa-preferred` "
-                    f"strategy shapes it; `numa-policy: preferred`) the claim gets {fit}"
+                    "required (a firstAvailable ladder [aligned, any], as drakit's "
+                    f"`numa-preferred` strategy shapes a request) the claim gets {fit}"
                 ),
             )
         )
