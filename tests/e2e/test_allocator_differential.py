@@ -241,6 +241,7 @@ def _ours(
     return Outcome("allocated", api["devices"]["results"], node_selector=api.get("nodeSelector"))
 
 
+@pytest.mark.timeout(600)  # ~1-2 min on 2 busy cores; creating ~2,000 slices dominates
 def test_allocator_decides_like_kube_scheduler(cluster: tuple[ControlPlane, str, str]) -> None:
     cp, ns, run = cluster
     scenarios = [generate(SEED, i, f"dx-{run}-{i}") for i in range(COUNT)]
