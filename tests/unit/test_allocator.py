@@ -416,3 +416,16 @@ def test_list_attributes_match_by_intersection() -> None:
     ]
     c = claim(req(count=2), constraints=[{"matchAttribute": f"{GPU}/numa"}])
     assert run([slice_(devices)], c) == [["r=a", "r=c"]]
+
+
+def test_driver_only_selector_shortcut_agrees_with_cel() -> None:
+    from drakit.allocator.api import Device
+    from drakit.allocator.cel import DeviceEnv, Selector
+
+    fast = Selector(f'device.driver == "{GPU}"')
+    slow = Selector(f'device.driver == "{GPU}" && true')
+    assert fast.driver_only == GPU
+    assert slow.driver_only is None
+    for driver in (GPU, "other.example.com"):
+        env = DeviceEnv.of(driver, Device(name="d"))
+        assert slow.matches(env) is (driver == fast.driver_only)

@@ -115,13 +115,13 @@ def _exclusion(  # noqa: PLR0911 - one return per kind of exclusion
 ) -> tuple[Kind, str] | None:
     """Why ``cand`` cannot serve ``data`` (in the scheduler's order of checks), or None."""
     for sel in data.class_selectors:
-        if not sel.matches(cand.env):
+        if not cand.matches(sel):
             return "class", f"not in class {data.device_class.name}"
     if not data.admin_access and cand.id in alloc.state.devices:
         owners = ", ".join(alloc.state.owners.get(cand.id, [])) or "another claim"
         return "in-use", f"in use by {owners}"
     for sel in data.selectors:
-        if not sel.matches(cand.env):
+        if not cand.matches(sel):
             return "selector", f"selector `{sel.expression}` is false"
     if cand.slice.spec.per_device_node_selection:
         d = cand.device

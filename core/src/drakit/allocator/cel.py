@@ -46,6 +46,7 @@ _SEMVER = re.compile(
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
 _DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
+_DRIVER_ONLY = re.compile(r'^\s*device\.driver\s*==\s*"([a-z0-9.-]+)"\s*$')
 _LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
 
 
@@ -264,6 +265,9 @@ class Selector:
         literals = (a or b for a, b in _LITERAL.findall(expression))
         self._domains = tuple(sorted({x for x in literals if _DOMAIN.match(x)}))
         self._functions = any(f"{name}(" in expression for name in _FUNCTIONS)
+        # The usual DeviceClass selector needs no interpreter (nor a device context).
+        m = _DRIVER_ONLY.match(expression)
+        self.driver_only: str | None = m.group(1) if m else None
 
     def matches(self, env: DeviceEnv) -> bool:
         """Evaluate on a device (results are cached in ``env``).

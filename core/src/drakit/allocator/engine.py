@@ -428,7 +428,7 @@ class Allocator:
     @staticmethod
     def _eval(sel: Selector, cand: Candidate, where: str) -> bool:
         try:
-            return sel.matches(cand.env)
+            return cand.matches(sel)
         except CelError as e:
             raise AllocationError(f"{where}: device {'/'.join(cand.id)}: {e}") from None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from drakit.allocator.api import Device, Node, NodeSelector, NodeSelectorRequirement, ResourceSlice
-from drakit.allocator.cel import DeviceEnv
+from drakit.allocator.cel import DeviceEnv, Selector
 from drakit.allocator.quantity import parse_quantity
 
 __all__ = ["Candidate", "DeviceID", "Pool", "gather_pools", "node_matches"]
@@ -40,6 +40,12 @@ class Candidate:
         if self._env is None:
             self._env = DeviceEnv.of(self.id[0], self.device)
         return self._env
+
+    def matches(self, selector: Selector) -> bool:
+        """Whether ``selector`` holds for this device (see :meth:`Selector.matches`)."""
+        if selector.driver_only is not None:
+            return self.id[0] == selector.driver_only
+        return selector.matches(self.env)
 
     def __str__(self) -> str:
         return self.id[2] if self.id[1] == self.pool.node_pool else "/".join(self.id[1:])
