@@ -24,6 +24,7 @@ from drakit.config import (
     validation_errors,
 )
 from drakit.errors import ConfigInvalid, DrakitError
+from drakit.explain_cmd import explain_command
 from drakit.inventory import build_inventory
 from drakit.pluginhost import (
     installed_plugins,
@@ -462,11 +463,26 @@ def webhook(
 
 @cli.command()
 @click.option("--profile", default=None, help="Simulated profile (default: h200-8gpu-8ainic).")
-def demo(profile: str | None) -> None:
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="drakit configuration: run its backends instead of the built-in four.",
+)
+@click.option(
+    "--claim",
+    "claim_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="ResourceClaim YAML (DeviceClass documents may precede it) instead of the example.",
+)
+def demo(profile: str | None, config_path: Path | None, claim_path: Path | None) -> None:
     """Run drakit end to end on simulated hardware; needs no cluster."""
     from drakit.demo import run_demo  # noqa: PLC0415 - the demo pulls in the node services
 
-    run_demo(profile)
+    run_demo(profile, config=config_path, claim=claim_path)
+
+
+cli.add_command(explain_command)
 
 
 def main(argv: list[str] | None = None) -> None:

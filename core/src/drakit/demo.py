@@ -1,10 +1,11 @@
 """``drakit demo``: drakit end to end on simulated hardware, with no cluster.
 
 Steps: build a simulated node, discover, render ResourceSlices, serve the kubelet sockets in a
-temporary directory, shape and allocate an example claim, prepare it over the real gRPC wire
-protocol, show the CDI spec, unprepare it. Allocation uses a small first-fit allocator that
-honours ``matchAttribute``/``distinctAttribute`` and ``firstAvailable`` (the demo's stand-in
-for kube-scheduler; the end-to-end tests use the real scheduler).
+temporary directory, shape an example claim (or read ``--claim``), allocate it with
+:mod:`drakit.allocator` (the kube-scheduler's algorithm, checked against the real scheduler by
+the differential e2e test) over the rendered slices, prepare it over the real gRPC wire
+protocol, show the CDI specs, unprepare it. The claim printed is the claim allocated and
+prepared, with the allocation the allocator made; nothing is added to it afterwards.
 """
 
 from __future__ import annotations
@@ -13,26 +14,46 @@ import json
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+from pydantic import ValidationError
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from drakit.config import DrakitSettings
-from drakit.errors import PermanentError
+from drakit.allocator import AllocationError, Allocator, DeviceClass, ResourceClaim, ResourceSlice
+from drakit.allocator import Node as AllocNode
+from drakit.allocator.api import ClaimSpec
+from drakit.config import DrakitSettings, load_settings, validation_errors
+from drakit.errors import ConfigInvalid, PermanentError
+from drakit.explain import explain_text
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimRef, Device
 from drakit.node import Node
 from drakit.runtime import fast_tmp
 from drakit.strategy_models import SimpleRequest
 
-__all__ = ["DEFAULT_DEMO_PROFILE", "InMemoryClaims", "first_fit", "run_demo"]
+__all__ = [
+    "DEFAULT_DEMO_PROFILE",
+    "DEMO_PLUGINS",
+    "InMemoryClaims",
+    "demo_classes",
+    "example_claim",
+    "read_claim_file",
+    "run_demo",
+]
 
 DEFAULT_DEMO_PROFILE = "h200-8gpu-8ainic"
+DEMO_PLUGINS: dict[str, dict[str, Any]] = {
+    "cpu": {"policy": "packed"},
+    "nvidia_gpu": {},
+    "amd_ainic": {},
+    "composite": {"strategy": "numa-preferred"},
+}
 
 
 class InMemoryClaims:
@@ -54,97 +75,6 @@ class InMemoryClaims:
             raise PermanentError(f"resourceclaims {namespace}/{name} not found") from None
 
 
-def _attr(dev: Device, name: str) -> object:
-    a = dev.attributes.get(name)
-    return a.value if a is not None else None
-
-
-def first_fit(
-    spec: Mapping[str, Any],
-    pools: Sequence[tuple[str, str, Sequence[Device]]],
-    classes: Mapping[str, str],
-) -> list[dict[str, Any]]:
-    """Allocate ``spec.devices`` (requests + constraints) from ``pools`` by first fit.
-
-    Args:
-        spec: a claim's ``spec.devices``.
-        pools: ``(driver, pool, devices)`` in publishing order.
-        classes: DeviceClass name -> driver.
-
-    Returns:
-        ``status.allocation.devices.results`` entries.
-
-    Raises:
-        PermanentError: nothing fits.
-    """
-    constraints = spec.get("constraints") or []
-    results: list[dict[str, Any]] = []
-    used: set[tuple[str, str, str]] = set()
-    for req in spec["requests"]:
-        choices = (
-            [(f"{req['name']}/{s['name']}", s) for s in req["firstAvailable"]]
-            if "firstAvailable" in req
-            else [(req["name"], req["exactly"])]
-        )
-        for ref, body in choices:
-            applicable = [
-                c for c in constraints if ref in c["requests"] or req["name"] in c["requests"]
-            ]
-            picked = _pick(body, ref, pools, classes, applicable, used)
-            if picked is not None:
-                for driver, pool, dev in picked:
-                    used.add((driver, pool, dev.name))
-                    results.append(
-                        {"request": ref, "driver": driver, "pool": pool, "device": dev.name}
-                    )
-                break
-        else:
-            raise PermanentError(f"request {req['name']!r}: no devices satisfy it")
-    return results
-
-
-def _pick(
-    body: Mapping[str, Any],
-    ref: str,
-    pools: Sequence[tuple[str, str, Sequence[Device]]],
-    classes: Mapping[str, str],
-    constraints: Sequence[Mapping[str, Any]],
-    used: set[tuple[str, str, str]],
-) -> list[tuple[str, str, Device]] | None:
-    driver = classes[body["deviceClassName"]]
-    count = int(body.get("count", 1))
-    free = [
-        (d, p, dev)
-        for d, p, devs in pools
-        if d == driver
-        for dev in devs
-        if (d, p, dev.name) not in used
-    ]
-    match = [c["matchAttribute"] for c in constraints if "matchAttribute" in c]
-    distinct = [c["distinctAttribute"] for c in constraints if "distinctAttribute" in c]
-    if match:
-        groups: dict[object, list[tuple[str, str, Device]]] = {}
-        for item in free:
-            key = tuple(_attr(item[2], m) for m in match)
-            if None not in key:
-                groups.setdefault(key, []).append(item)
-        for items in groups.values():  # first group (in publishing order) that fits
-            if len(items) >= count:
-                return items[:count]
-        return None
-    chosen: list[tuple[str, str, Device]] = []
-    seen: set[object] = set()
-    for item in free:
-        key = tuple(_attr(item[2], a) for a in distinct)
-        if distinct and (None in key or key in seen):
-            continue
-        seen.add(key)
-        chosen.append(item)
-        if len(chosen) == count:
-            return chosen
-    return None
-
-
 @contextmanager
 def _timed(console: Console, title: str) -> Iterator[None]:
     start = time.perf_counter()
@@ -153,36 +83,60 @@ def _timed(console: Console, title: str) -> Iterator[None]:
     console.print(f"[green]✓[/] {title} [dim]({(time.perf_counter() - start) * 1000:.0f} ms)[/]")
 
 
-def run_demo(profile: str | None = None, console: Console | None = None) -> dict[str, Any]:
-    """Run the demo; returns a summary (used by the tests)."""
+def demo_settings(root: Path, profile: str, config: Path | None) -> DrakitSettings:
+    """The demo node's settings: ``config`` (or all four backends) with paths under ``root``."""
+    paths: dict[str, Any] = {
+        "node_name": "demo-node",
+        "kubelet_dir": root / "kubelet",
+        "cdi_dir": root / "cdi",
+        "state_dir": root / "state",
+        "metrics": {"enabled": False},
+    }
+    if config is not None:
+        base = load_settings(config, overrides={"profile": profile})
+        return base.model_copy(
+            update={**paths, "metrics": base.metrics.model_copy(update={"enabled": False})}
+        )
+    return DrakitSettings(profile=profile, plugins=DEMO_PLUGINS, **paths)
+
+
+def run_demo(
+    profile: str | None = None,
+    console: Console | None = None,
+    *,
+    config: Path | None = None,
+    claim: Path | None = None,
+) -> dict[str, Any]:
+    """Run the demo; returns a summary (used by the tests).
+
+    Args:
+        profile: Simulated hardware profile (default ``h200-8gpu-8ainic``).
+        console: Where to print.
+        config: A drakit configuration file whose backends (and their settings) the demo node
+            runs instead of the four built-in ones; its paths are replaced by temporary ones.
+        claim: A YAML file with a ResourceClaim (or ResourceClaimTemplate, or bare
+            ``spec.devices``), optionally preceded by DeviceClass documents, to allocate and
+            prepare instead of the example claim.
+    """
     console = console or Console()
     profile = profile or DEFAULT_DEMO_PROFILE
     t0 = time.perf_counter()
     summary: dict[str, Any] = {"profile": profile}
     with tempfile.TemporaryDirectory(prefix="drakit-demo-", dir=fast_tmp()) as tmp:
         root = Path(tmp)
-        settings = DrakitSettings(
-            profile=profile,
-            node_name="demo-node",
-            kubelet_dir=root / "kubelet",
-            cdi_dir=root / "cdi",
-            state_dir=root / "state",
-            metrics={"enabled": False},
-            plugins={
-                "cpu": {"policy": "packed"},
-                "nvidia_gpu": {},
-                "amd_ainic": {},
-                "composite": {"strategy": "numa-preferred"},
-            },
-        )
+        settings = demo_settings(root, profile, config)
         (root / "kubelet" / "plugins_registry").mkdir(parents=True)
         claims = InMemoryClaims()
         console.print(Panel.fit(f"drakit demo on simulated hardware profile [bold]{profile}[/]"))
         node = Node(settings, claims=claims, boot_id="demo-boot", instance_id="demo")
-        with _timed(console, "built the simulated node, loaded 4 backends, discovered devices"):
+        with _timed(
+            console,
+            f"built the simulated node, loaded {len(settings.plugins)} backends, discovered "
+            "devices",
+        ):
             node.start()
         try:
-            summary.update(_show(console, node, claims, root))
+            summary.update(_show(console, node, claims, root, claim))
         finally:
             node.stop(grace=1)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
@@ -190,7 +144,9 @@ def run_demo(profile: str | None = None, console: Console | None = None) -> dict
     return summary
 
 
-def _show(console: Console, node: Node, claims: InMemoryClaims, root: Path) -> dict[str, Any]:
+def _show(
+    console: Console, node: Node, claims: InMemoryClaims, root: Path, claim_file: Path | None
+) -> dict[str, Any]:
     inv, host = node.inventory, node.host
     if inv is None or host is None:
         raise PermanentError("the demo node did not start")
@@ -220,80 +176,206 @@ def _show(console: Console, node: Node, claims: InMemoryClaims, root: Path) -> d
             f"{server.dra_socket.relative_to(root)}"
         )
 
-    results, uid = _allocate(console, node, claims)
-    out = _prepare_and_release(console, node, results, uid, root)
+    classes = demo_classes(host.driver_names())
+    if claim_file is not None:
+        devices, title, extra = read_claim_file(claim_file)
+        classes.update(extra)
+    else:
+        devices, title = example_claim(node)
+    claim = _allocate(console, node, claims, devices, title, classes, slices)
+    out = _prepare_and_release(console, node, claim, root)
+    results = claim["status"]["allocation"]["devices"]["results"]
     return {
         "devices": {d: len(v) for d, v in by_driver.items()},
         "slices": len(slices),
+        "claim": claim,
         "allocated": [r["device"] for r in results],
         **out,
     }
 
 
-def _allocate(
-    console: Console, node: Node, claims: InMemoryClaims
-) -> tuple[list[dict[str, Any]], str]:
-    """Shape the example claim with a strategy and allocate it by first fit."""
+def demo_classes(drivers: Mapping[str, str]) -> dict[str, DeviceClass]:
+    """One DeviceClass per backend, named after the driver and after the plugin.
+
+    Plugin names are written as DNS labels (``cpu``, ``nvidia-gpu``, ...); ``gpu-nic-pair`` is
+    the composite backend's.
+    """
+    out: dict[str, DeviceClass] = {}
+    for plugin, driver in drivers.items():
+        names = {driver, plugin.replace("_", "-")}
+        if plugin == "composite":
+            names.add("gpu-nic-pair")
+        for name in names:
+            out[name] = DeviceClass.model_validate(
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]
+                    },
+                }
+            )
+    return out
+
+
+def read_claim_file(path: Path) -> tuple[dict[str, Any], str, dict[str, DeviceClass]]:
+    """``(spec.devices, title, extra classes)`` from a YAML file of DeviceClasses and a claim.
+
+    Raises:
+        ConfigInvalid: unreadable, not YAML, no claim, or a field the API does not have.
+    """
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigInvalid([("", f"cannot read the claim: {e}")], source=str(path)) from None
+    classes: dict[str, DeviceClass] = {}
+    spec: dict[str, Any] | None = None
+    name = path.name
+    try:
+        for doc in docs:
+            kind = doc.get("kind") if isinstance(doc, dict) else None
+            if kind == "DeviceClass":
+                cls = DeviceClass.model_validate(doc)
+                classes[cls.name] = cls
+                continue
+            inner = doc["spec"] if kind == "ResourceClaimTemplate" else doc
+            body = inner.get("spec", inner) if isinstance(inner, dict) else None
+            devices = body.get("devices", body) if isinstance(body, dict) else None
+            ClaimSpec.model_validate({"devices": devices})
+            spec = devices
+            name = (inner.get("metadata") or doc.get("metadata") or {}).get("name", name)
+    except ValidationError as e:
+        raise ConfigInvalid(validation_errors(e), source=str(path)) from None
+    except (KeyError, AttributeError) as e:
+        raise ConfigInvalid([("", f"not a ResourceClaim: {e}")], source=str(path)) from None
+    if spec is None:
+        raise ConfigInvalid([("", "no ResourceClaim in the file")], source=str(path))
+    return spec, f"claim {name!r} from {path.name}", classes
+
+
+def example_claim(node: Node) -> tuple[dict[str, Any], str]:
+    """The example claim for what the node has, shaped by drakit's strategies.
+
+    GPU-NIC pairs (``numa-preferred``) where the composite backend found pairs, else two GPUs
+    (``numa-preferred``) where there are GPUs; 16 CPUs (half the machine on one smaller than 32)
+    spread evenly over the NUMA nodes (the CPU backend's ``numa-spread``), prepared with the
+    ``distributed`` CPU policy.
+    """
     host, inv = node.host, node.inventory
     if inv is None or host is None:
         raise PermanentError("the demo node did not start")
     drivers = host.driver_names()
-    classes = {"gpu-nic-pair": drivers["composite"], "cpu": drivers["cpu"]}
-    shaped = host.shape(
-        "numa-preferred", SimpleRequest(name="pairs", device_class="gpu-nic-pair", count=2)
-    )
-    spec = shaped.to_api()
-    spec["requests"].append({"name": "cpus", "exactly": {"deviceClassName": "cpu", "count": 1}})
-    pools = [(p.driver, p.pool, p.devices) for p in inv.pools]
-    results = first_fit(spec, pools, classes)
-    for r in results:
-        if r["driver"] == drivers["cpu"]:
-            r["consumedCapacity"] = {"cpu": "16"}
+    found = {p.driver for p in inv.pools if p.devices}
+    requests: list[dict[str, Any]] = []
+    constraints: list[dict[str, Any]] = []
+    config: list[dict[str, Any]] = []
+    parts: list[str] = []
+    for plugin, cls, what in (
+        ("composite", "gpu-nic-pair", "GPU-NIC pairs"),
+        ("nvidia_gpu", "nvidia-gpu", "GPUs"),
+    ):
+        if drivers.get(plugin) in found:
+            shaped = host.shape(
+                "numa-preferred", SimpleRequest(name="accel", device_class=cls, count=2)
+            )
+            requests += shaped.to_api()["requests"]
+            constraints += shaped.to_api().get("constraints", [])
+            parts.append(f"2 {what} (numa-preferred)")
+            break
+    if drivers.get("cpu") in found:
+        total = sum(
+            int(d.capacity["cpu"].value)
+            for p in inv.pools
+            if p.driver == drivers["cpu"]
+            for d in p.devices
+            if "cpu" in d.capacity
+        )
+        cpus = 16 if total >= 32 else max(1, total // 2)  # noqa: PLR2004 - half a small machine
+        shaped = host.shape(
+            "numa-spread", SimpleRequest(name="cpus", device_class="cpu", count=cpus)
+        )
+        requests += shaped.to_api()["requests"]
+        constraints += shaped.to_api().get("constraints", [])
+        config.append(
+            {
+                "requests": ["cpus"],
+                "opaque": {
+                    "driver": drivers["cpu"],
+                    "parameters": {
+                        "apiVersion": "cpu.drakit.io/v1alpha1",
+                        "kind": "CpuConfig",
+                        "policy": "distributed",
+                    },
+                },
+            }
+        )
+        parts.append(f"{cpus} CPUs (numa-spread, distributed)")
+    if not requests:
+        raise PermanentError(
+            "the profile has no devices the example claim can ask for; use --claim"
+        )
+    spec: dict[str, Any] = {"requests": requests}
+    if constraints:
+        spec["constraints"] = constraints
+    if config:
+        spec["config"] = config
+    return spec, "claim 'train-job': " + " + ".join(parts)
+
+
+def _allocate(
+    console: Console,
+    node: Node,
+    claims: InMemoryClaims,
+    spec: dict[str, Any],
+    title: str,
+    classes: Mapping[str, DeviceClass],
+    slices: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Allocate ``spec`` with drakit.allocator over the rendered slices; store the claim."""
     uid = str(uuid.uuid4())
-    claim = {
+    claim: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"namespace": "demo", "name": "train-job", "uid": uid},
         "spec": {"devices": spec},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": results,
-                    "config": [
-                        {
-                            "source": "FromClaim",
-                            "requests": ["cpus"],
-                            "opaque": {
-                                "driver": drivers["cpu"],
-                                "parameters": {
-                                    "apiVersion": "cpu.drakit.io/v1alpha1",
-                                    "kind": "CpuConfig",
-                                    "policy": "distributed",
-                                },
-                            },
-                        }
-                    ],
-                }
-            }
-        },
     }
-    claims.add(claim)
-    console.print(
-        Panel(
-            json.dumps(spec, indent=1),
-            title="claim 'train-job': 2 GPU-NIC pairs (numa-preferred) + 16 CPUs (distributed)",
-        )
+    model = ResourceClaim.model_validate(claim)
+    allocator = Allocator(
+        AllocNode.named(node.settings.node_name or "demo-node"),
+        [ResourceSlice.model_validate(s) for s in slices],
+        classes,
     )
-    alloc = ", ".join(f"{r['request']} -> {r['device']}" for r in results)
-    console.print(f"[green]✓[/] allocated (demo first-fit allocator): {alloc}")
-    return results, uid
+    try:
+        result = allocator.allocate([model])
+    except AllocationError as e:
+        raise PermanentError(f"the claim cannot be allocated on this node: {e}") from None
+    if result is None:
+        why = explain_text(allocator, model)
+        raise PermanentError(f"the claim does not fit on this node:\n{why}")
+    claim["status"] = {"allocation": result[0].to_api()}
+    claims.add(claim)
+    console.print(Panel(yaml.safe_dump(claim, sort_keys=False).rstrip(), title=title))
+    alloc = ", ".join(
+        f"{r['request']} -> {r['device']}"
+        + (
+            f" ({', '.join(f'{k} {v}' for k, v in r['consumedCapacity'].items())})"
+            if r.get("consumedCapacity")
+            else ""
+        )
+        for r in claim["status"]["allocation"]["devices"]["results"]
+    )
+    console.print(
+        f"[green]✓[/] allocated by drakit.allocator (kube-scheduler's algorithm): {alloc}"
+    )
+    return claim
 
 
 def _prepare_and_release(
-    console: Console, node: Node, results: list[dict[str, Any]], uid: str, root: Path
+    console: Console, node: Node, claim: dict[str, Any], root: Path
 ) -> dict[str, Any]:
     """Prepare the claim over gRPC, show its CDI edits, unprepare it."""
     # -- prepare over gRPC ---------------------------------------------------------------------
+    uid = claim["metadata"]["uid"]
+    results = claim["status"]["allocation"]["devices"]["results"]
     ref = ClaimRef(namespace="demo", name="train-job", uid=uid)
     used = sorted({r["driver"] for r in results})
     cdi_ids: list[str] = []

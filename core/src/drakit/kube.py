@@ -291,6 +291,26 @@ class KubeClient:
         except NotFoundError:
             return None
 
+    # -------------------------------------------------- reads for `drakit explain`
+
+    def list_all(self, path: str) -> list[dict[str, Any]]:
+        """Every object of the collection at ``path`` (all namespaces), following ``continue``.
+
+        Used by ``drakit explain claim`` for ResourceSlices, DeviceClasses, ResourceClaims and
+        Nodes; the items come without ``apiVersion``/``kind``, as the API lists them.
+        """
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query: dict[str, str | int | bool] = {"limit": 500}
+            if token:
+                query["continue"] = token
+            doc = self.request("GET", path, query=query)
+            items += doc.get("items") or []
+            token = (doc.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
     # ------------------------------------------------------------- resource slices
 
     def list_resource_slices(

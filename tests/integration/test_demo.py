@@ -1,0 +1,121 @@
+"""``drakit demo``: on drakit.allocator only, on every profile, with --claim and --config."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from rich.console import Console
+
+from drakit.cli import cli
+from drakit.cpuset import parse_cpulist
+from drakit.demo import run_demo
+from drakit.sim import list_profiles, materialize
+from drakit_cpu.topology import CpuTopology
+
+
+def _run(**kw: Any) -> tuple[dict[str, Any], str]:
+    buf = io.StringIO()
+    summary = run_demo(console=Console(file=buf, width=400, color_system=None), **kw)
+    return summary, buf.getvalue()
+
+
+def _printed_claim(out: str) -> Any:
+    """The YAML inside the panel that shows the claim."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if "claim" in line and line.startswith("╭"))
+    body = []
+    for line in lines[start + 1 :]:
+        if line.startswith("╰"):
+            break
+        body.append(line[2:].rstrip()[:-1].rstrip())
+    return yaml.safe_load("\n".join(body))
+
+
+def _numa_of_prepared(profile: str, env: list[str]) -> Counter[int]:
+    cpus = frozenset().union(
+        *(parse_cpulist(e.split("=", 1)[1]) for e in env if e.startswith("DRAKIT_CPUSET_"))
+    )
+    with materialize(profile) as root:
+        topo = CpuTopology.from_sysfs(Path(root))
+        return Counter(topo.info(c).numa_node for c in cpus)
+
+
+@pytest.mark.parametrize("profile", list_profiles())
+def test_demo_runs_on_every_profile(profile: str) -> None:
+    summary, out = _run(profile=profile)
+    claim = summary["claim"]
+    # the claim printed is the claim allocated and prepared, allocation included
+    assert _printed_claim(out) == claim
+    assert summary["left_after_unprepare"] == 0
+    results = claim["status"]["allocation"]["devices"]["results"]
+    cpu = [r for r in results if r["driver"] == "cpu.drakit.io"]
+    assert cpu, results
+    per_numa = _numa_of_prepared(profile, summary["env"])
+    wanted = sum(int(r["consumedCapacity"]["cpu"]) for r in cpu)
+    assert sum(per_numa.values()) == wanted
+    # the distributed CPU request gets CPUs on every NUMA node it was split over
+    assert len(per_numa) == len(cpu)
+    if profile != "minimal-1s":
+        assert len(per_numa) >= 2, per_numa
+
+
+def test_demo_default_profile_has_pairs_and_sixteen_cpus() -> None:
+    summary, out = _run()
+    results = summary["claim"]["status"]["allocation"]["devices"]["results"]
+    assert [r["request"] for r in results if "pair" in r["device"]] == ["accel/aligned"] * 2
+    assert sum(int(r["consumedCapacity"]["cpu"]) for r in results if "cpu" in r["device"]) == 16
+    assert "2 GPU-NIC pairs (numa-preferred) + 16 CPUs" in out
+
+
+CLAIM = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: big-gpu}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "gpu.nvidia.drakit.io"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: mine}
+spec:
+  devices:
+    requests:
+    - name: gpus
+      exactly: {deviceClassName: big-gpu, count: 2}
+    constraints:
+    - {matchAttribute: resource.kubernetes.io/numaNode}
+"""
+
+
+def test_demo_with_a_claim_file(tmp_path: Path) -> None:
+    path = tmp_path / "claim.yaml"
+    path.write_text(CLAIM)
+    summary, _ = _run(claim=path)
+    assert summary["claim"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 2
+    assert len(summary["allocated"]) == 2
+    assert len(summary["cdi_ids"]) == 2
+
+
+def test_demo_claim_that_does_not_fit_is_explained(tmp_path: Path) -> None:
+    path = tmp_path / "claim.yaml"
+    path.write_text(CLAIM.replace("count: 2", "count: 9"))
+    result = CliRunner().invoke(cli, ["demo", "--claim", str(path)])
+    assert result.exit_code != 0
+    assert "needs 9 devices, 8 eligible" in str(result.exception)
+
+
+def test_demo_with_a_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "drakit.yaml"
+    path.write_text("plugins:\n  cpu: {policy: packed}\n")
+    summary, _ = _run(profile="dgx-h100", config=path)
+    assert set(summary["devices"]) == {"cpu.drakit.io"}
+    assert {
+        r["driver"] for r in summary["claim"]["status"]["allocation"]["devices"]["results"]
+    } == {"cpu.drakit.io"}
