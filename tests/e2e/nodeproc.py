@@ -298,7 +298,11 @@ class NodeProcess:
             preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - only prctl, no locks taken
         )
         if wait:
-            self.wait_serving(timeout)
+            try:
+                self.wait_serving(timeout)
+            except NodeProcessError:
+                self.close()  # the caller never gets a handle to close: no process, no open log
+                raise
         return self
 
     def http(self, path: str, timeout: float = 5.0) -> tuple[int, str]:

@@ -85,6 +85,7 @@ def test_classes_are_the_documented_ones(
     assert list(classes) == [
         "cpu",
         "nvidia-gpu",
+        "amd-gpu",
         "amd-ainic",
         "gpu-nic-pair",
         "gpu-nic-pair-numa0",

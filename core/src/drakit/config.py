@@ -137,10 +137,10 @@ class HealthSettings(BaseModel):
 
     interval: float = Field(
         default=10.0,
-        ge=1,
+        ge=0.1,
         le=3600,
         allow_inf_nan=False,
-        description="Seconds between health polls (1 to 3600)",
+        description="Seconds between health polls (0.1 to 3600)",
     )
     resend: float = Field(
         default=25.0,
