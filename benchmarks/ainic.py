@@ -39,8 +39,8 @@ from drakit.models import ClaimRef, NodeInfo
 from drakit.pluginhost import PluginHost
 from drakit.runtime import fast_tmp
 from drakit.sim import SysfsBuilder, build_profile, get_profile
-from drakit.sim.ainic import ainic_machine
 from drakit.state import DriverState
+from drakit_amd_ainic.sim import ainic_machine
 
 __all__ = ["run_ainic"]
 

@@ -23,7 +23,7 @@ from drakit.config import PluginSettings
 from drakit.context import PluginContext
 from drakit.errors import PermanentError
 from drakit.models import Device, DeviceInventory, DeviceKey, NodeInfo
-from drakit.sim import vendor_libraries
+from drakit.sim import simulated_libraries as vendor_libraries
 from drakit.slices import check_driver_name, render_slices
 from drakit.strategies import Strategy
 from drakit.strategy_models import SelectionRequest, SelectionResult

@@ -44,7 +44,7 @@ from tests.e2e.nodeproc import (
 
 from drakit.runtime import fast_tmp
 from drakit.sim import SysfsBuilder, get_profile
-from drakit.sim.ainic import SriovKernel, set_link
+from drakit_amd_ainic.sim import SriovKernel, set_link
 
 pytestmark = pytest.mark.e2e
 

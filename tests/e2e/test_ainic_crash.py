@@ -34,7 +34,7 @@ from tests.e2e.nodeproc import (
 from drakit.faults import CRASH_POINTS
 from drakit.runtime import fast_tmp
 from drakit.sim import SysfsBuilder, get_profile
-from drakit.sim.ainic import SriovKernel, vf_settings
+from drakit_amd_ainic.sim import SriovKernel, vf_settings
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import uuid as uuidlib
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,8 @@ import pytest
 from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
 from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, create_device_class, kubelet_flags
 
-from drakit.sim import (
-    SysfsBuilder,
-    fast_tmp,
-    get_profile,
-    inject_xid,
-    load_nvml_description,
-    mig_instances,
-)
+from drakit.sim import SysfsBuilder, fast_tmp, get_profile
+from drakit_nvidia_gpu.sim import inject_xid, load_nvml_description, mig_instances, with_mig_enabled
 
 pytestmark = pytest.mark.e2e
 
@@ -57,17 +51,10 @@ class Running:
 
 @pytest.fixture(scope="module")
 def gpu_node(control_plane: ControlPlane) -> Iterator[Running]:
-    spec = get_profile("dgx-h100")
-    assert spec.nvml is not None
-    nvml = spec.nvml.model_copy(
-        update={
-            "devices": tuple(
-                g.model_copy(update={"mig_enabled": g.index == 0}) for g in spec.nvml.devices
-            )
-        }
-    )
+    spec = with_mig_enabled(get_profile("dgx-h100"), {0})
     root = Path(tempfile.mkdtemp(prefix="dk-gpu-", dir=fast_tmp()))
-    SysfsBuilder(replace(spec, nvml=nvml)).build(root)
+    SysfsBuilder(spec).build(root)
+    nvml = load_nvml_description(root)
     name = f"gpu-{uuidlib.uuid4().hex[:6]}"
     control_plane.create_node(name)
     dirs = NodeDirs.create("dk-gpu-")

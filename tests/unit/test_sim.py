@@ -32,10 +32,10 @@ from drakit.sim import (
     UnknownProfileError,
     build_profile,
     list_profiles,
-    load_nvml_description,
     materialize,
     profile_info,
 )
+from drakit_nvidia_gpu.sim import load_nvml_description
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from drakit.sim import SysfsBuilder, get_profile
-from drakit.sim.ainic import SriovKernel, set_link, set_rdma_port
+from drakit_amd_ainic.sim import SriovKernel, set_link, set_rdma_port
 
 PF = "0000:18:00.0"
 

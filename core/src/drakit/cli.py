@@ -88,7 +88,7 @@ def hardware_options(f: F) -> F:
         type=click.Path(path_type=Path, file_okay=False, exists=True),
         help="Host root whose sys/ is read instead of /sys (the sysfs directory itself works too).",
     )(f)
-    return click.option("--profile", help="Simulated hardware profile (see `drakit profiles`).")(f)
+    return click.option("--profile", help="Simulated hardware profile (see `drakit sim list`).")(f)
 
 
 def _settings(
@@ -175,12 +175,13 @@ def plugins(config_path: Path | None, output: str) -> None:
 
 
 @cli.command()
-def profiles() -> None:
-    """List the simulated hardware profiles shipped with drakit."""
-    from drakit.sim import list_profiles, profile_info  # noqa: PLC0415
-
-    for name in list_profiles():
-        click.echo(f"{name:24} {profile_info(name)}")
+@click.pass_context
+def profiles(ctx: click.Context) -> None:
+    """List the simulated hardware profiles (the same as `drakit sim list`)."""
+    sim = cli.get_command(ctx, "sim")  # contributed by drakit.sim through drakit.cli
+    if not isinstance(sim, click.Group) or "list" not in sim.commands:
+        raise UserError("the simulator's `drakit sim` command is not installed")
+    ctx.invoke(sim.commands["list"])
 
 
 @cli.command()

@@ -1,19 +1,24 @@
 """Shared start-up: settings -> node (real or simulated sysfs) -> plugin host.
 
 Used by the CLI, ``drakit node`` and ``drakit demo`` so they all load plugins the same way.
+
+The simulator is never imported here: a ``--profile`` (or a ``--sysfs-root`` holding a tree
+the simulator built) reaches it through :mod:`drakit.simseam` (the ``drakit.simulator`` entry
+point), which gives the simulated tree and its vendor-library stand-ins (the fake NVML). On a
+real node nothing of :mod:`drakit.sim` is loaded.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from drakit.config import DrakitSettings
 from drakit.models import NodeInfo
 from drakit.pluginhost import PluginHost, installed_plugins
-from drakit.sim import fast_tmp, materialize, vendor_libraries
+from drakit.simseam import fast_tmp, is_simulated, simulator
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -48,12 +53,23 @@ def effective_settings(settings: DrakitSettings) -> DrakitSettings:
 
 @contextmanager
 def sysfs_for(settings: DrakitSettings) -> Iterator[Path]:
-    """The sysfs root to read: a materialised simulated profile, or ``settings.sysfs_root``."""
+    """The sysfs root to read: a materialised simulated profile, or ``settings.sysfs_root``.
+
+    Raises:
+        UnknownProfileError: no installed profile has ``settings.profile`` (a ``ValueError``
+            whose message lists the known ones).
+    """
     if not settings.profile:
         yield settings.sysfs_root
         return
-    with materialize(settings.profile) as root:
+    with simulator().materialize(settings.profile) as root:
         yield root
+
+
+def _libraries(root: Path) -> Mapping[str, object]:
+    if not is_simulated(root):
+        return {}  # a real root: backends load their vendor libraries themselves
+    return simulator().libraries(root)
 
 
 @contextmanager
@@ -66,4 +82,4 @@ def open_host(settings: DrakitSettings) -> Iterator[PluginHost]:
     settings = effective_settings(settings)
     with sysfs_for(settings) as root:
         node = NodeInfo(name=default_node_name(settings), sysfs_root=str(root))
-        yield PluginHost(settings, node, libraries=vendor_libraries(Path(root)))
+        yield PluginHost(settings, node, libraries=_libraries(Path(root)))

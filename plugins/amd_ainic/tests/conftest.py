@@ -31,9 +31,9 @@ from drakit.models import (
 from drakit.pluginhost import PluginHost
 from drakit.runtime import fast_tmp
 from drakit.sim import SysfsBuilder, get_profile
-from drakit.sim.ainic import SriovKernel
 from drakit.state import DriverState
 from drakit_amd_ainic.plugin import AmdAinicPlugin
+from drakit_amd_ainic.sim import SriovKernel
 
 DRIVER = "ainic.amd.drakit.io"
 NODE = "node-a"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drakit.sim.ainic import set_link, set_rdma_port
+from drakit_amd_ainic.sim import set_link, set_rdma_port
 
 from .conftest import NODE, ainic_node
 

@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from drakit.models import AllocatedDevice, ClaimInfo
-from drakit.sim.ainic import vf_settings
 from drakit.strategy_models import SelectionRequest
 from drakit_amd_ainic.ledger import Ledger
+from drakit_amd_ainic.sim import vf_settings
 from drakit_amd_ainic.strategies import least_loaded
 
 from .conftest import DRIVER, NODE, AinicNode, ainic_node, nic_config

@@ -7,7 +7,6 @@ root's fake NVML: the backend's code path is the one it takes over nvidia-ml-py.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -24,6 +23,7 @@ from drakit.pluginhost import PluginHost
 from drakit.runtime import open_host
 from drakit.sim import SysfsBuilder, fast_tmp, get_profile
 from drakit_nvidia_gpu.plugin import NvidiaGpuPlugin
+from drakit_nvidia_gpu.sim import with_mig_enabled
 
 DRIVER = "gpu.nvidia.drakit.io"
 NODE = "gpu-node"
@@ -47,16 +47,7 @@ def build_root() -> Iterator[Build]:
     def build(profile: str = "dgx-h100", mig: tuple[int, ...] = ()) -> Path:
         spec = get_profile(profile)
         if mig:
-            assert spec.nvml is not None
-            nvml = spec.nvml.model_copy(
-                update={
-                    "devices": tuple(
-                        g.model_copy(update={"mig_enabled": g.index in mig})
-                        for g in spec.nvml.devices
-                    )
-                }
-            )
-            spec = dataclasses.replace(spec, nvml=nvml)
+            spec = with_mig_enabled(spec, mig)
         tmp = tempfile.mkdtemp(prefix="dk-nv-", dir=fast_tmp())
         made.append(tmp)
         return SysfsBuilder(spec).build(Path(tmp))

@@ -12,8 +12,8 @@ import pytest
 
 from drakit.inventory import build_inventory
 from drakit.models import Device
-from drakit.sim import load_nvml_description
 from drakit.sysfs import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
+from drakit_nvidia_gpu.sim import load_nvml_description
 
 DRIVER = "gpu.nvidia.drakit.io"
 Build = Callable[..., Path]

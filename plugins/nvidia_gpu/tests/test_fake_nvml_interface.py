@@ -12,7 +12,7 @@ import inspect
 import pynvml
 import pytest
 
-from drakit.sim import FakeNvml
+from drakit_nvidia_gpu.sim import FakeNvml
 
 FUNCTIONS = sorted(n for n, v in vars(FakeNvml).items() if n.startswith("nvml") and callable(v))
 CONSTANTS = sorted(

@@ -9,7 +9,7 @@ from typing import Any
 
 from drakit.models import DeviceHealth
 from drakit.pluginhost import PluginHost
-from drakit.sim import inject_gpu_lost, inject_xid, load_nvml_description, recover_gpu
+from drakit_nvidia_gpu.sim import inject_gpu_lost, inject_xid, load_nvml_description, recover_gpu
 
 DRIVER = "gpu.nvidia.drakit.io"
 Build = Callable[..., Path]

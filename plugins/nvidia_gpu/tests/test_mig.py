@@ -11,7 +11,7 @@ import pytest
 
 from drakit.errors import PermanentError
 from drakit.models import PreparedDevice
-from drakit.sim import FakeNvml, load_nvml_description, mig_instances
+from drakit_nvidia_gpu.sim import FakeNvml, load_nvml_description, mig_instances
 
 Build = Callable[..., Path]
 Open = Callable[..., Any]

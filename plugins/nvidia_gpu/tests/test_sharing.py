@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from drakit.errors import ConfigInvalid, PermanentError
-from drakit.sim import FakeNvml
+from drakit_nvidia_gpu.sim import FakeNvml
 
 DRIVER = "gpu.nvidia.drakit.io"
 Build = Callable[..., Path]

@@ -1,27 +1,19 @@
-"""Simulated hardware: a fake sysfs/procfs tree (and a fake NVML description) under a root dir.
+"""Simulated hardware: a fake sysfs/procfs tree (plus vendor parts) under a root dir.
 
 Discovery code reads ``<root>/sys`` and ``<root>/proc`` through a configurable sysfs root, the
-same code path as on a real node; only the files are simulated. See
-``docs/simulated-hardware.md`` for the profiles and the fake NVML contract.
+same code path as on a real node; only the files are simulated. This package is generic: the
+machine model (:class:`MachineSpec`), the builder, CPU/bridge parts and the CPU-only profiles.
+Vendor hardware lives with its backend (``drakit_nvidia_gpu.sim`` with the fake NVML,
+``drakit_amd_gpu.sim``, ``drakit_amd_ainic.sim``) and reaches a spec as :class:`SimPart` s and
+device specs; profiles with vendor hardware are registered through the ``drakit.profiles``
+entry point group. See ``docs/simulated-hardware.md``.
 """
 
 from __future__ import annotations
 
 from drakit.sim.builder import MACHINE_INFO_PATH, SysfsBuilder, format_cpumask
-from drakit.sim.nvml import (
-    NVML_DESCRIPTION_PATH,
-    FakeNvml,
-    NvmlDescription,
-    NvmlGpu,
-    gpu_uuid,
-    inject_gpu_lost,
-    inject_xid,
-    load_nvml_description,
-    mig_instances,
-    recover_gpu,
-    vendor_libraries,
-)
 from drakit.sim.profiles import (
+    BUILTIN_DISTRIBUTION,
     DEFAULT_PROFILE,
     ProfileInfo,
     build_profile,
@@ -30,8 +22,10 @@ from drakit.sim.profiles import (
     list_profiles,
     materialize,
     profile_info,
+    profile_source,
     register_profile,
 )
+from drakit.sim.provider import simulated_libraries
 from drakit.sim.spec import (
     CacheSpec,
     CpuSpec,
@@ -40,26 +34,25 @@ from drakit.sim.spec import (
     PciDeviceSpec,
     PciRootSpec,
     RdmaSpec,
+    SimPart,
     SimSpecError,
     SriovSpec,
     UnknownProfileError,
 )
 
 __all__ = [
+    "BUILTIN_DISTRIBUTION",
     "DEFAULT_PROFILE",
     "MACHINE_INFO_PATH",
-    "NVML_DESCRIPTION_PATH",
     "CacheSpec",
     "CpuSpec",
-    "FakeNvml",
     "MachineSpec",
     "NetDevSpec",
-    "NvmlDescription",
-    "NvmlGpu",
     "PciDeviceSpec",
     "PciRootSpec",
     "ProfileInfo",
     "RdmaSpec",
+    "SimPart",
     "SimSpecError",
     "SriovSpec",
     "SysfsBuilder",
@@ -68,15 +61,10 @@ __all__ = [
     "fast_tmp",
     "format_cpumask",
     "get_profile",
-    "gpu_uuid",
-    "inject_gpu_lost",
-    "inject_xid",
     "list_profiles",
-    "load_nvml_description",
     "materialize",
-    "mig_instances",
     "profile_info",
-    "recover_gpu",
+    "profile_source",
     "register_profile",
-    "vendor_libraries",
+    "simulated_libraries",
 ]

@@ -4,8 +4,9 @@ The tree is what discovery reads on a real node, under ``<root>/sys`` and ``<roo
 real directories for devices, relative symlinks where the kernel has symlinks, and file
 contents in the kernel's spelling (every value ends in ``\\n``). Discovery code pointed at
 ``<root>`` instead of ``/`` takes the very code path it takes in production; nothing above the
-sysfs seam is faked. NVIDIA GPUs additionally get ``<root>/drakit-sim/nvml.json`` (see
-:mod:`drakit.sim.nvml`).
+sysfs seam is faked. A spec's vendor parts (:class:`~drakit.sim.spec.SimPart`, defined by
+each backend's simulator module, such as the fake NVML's ``<root>/drakit-sim/nvml.json``) write
+their own files after the generic tree.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drakit.cpuset import format_cpulist
-from drakit.sim.amdgpu import write_amd_gpus
-from drakit.sim.nvml import NVML_DESCRIPTION_PATH
 from drakit.sim.spec import (
     CacheSpec,
     MachineSpec,
@@ -194,7 +193,8 @@ class SysfsBuilder:
         self._write_cpuinfo(tree)
         self._write_pci(tree)
         self._write_meta(tree)
-        write_amd_gpus(self.spec, root)
+        for part in self.spec.parts:
+            part.write(self.spec, root)
         logger.debug(
             "built simulated machine %s under %s: %d entries in %.3fs",
             self.spec.name,
@@ -646,8 +646,6 @@ class SysfsBuilder:
     def _write_meta(self, tree: _Tree) -> None:
         info = {"name": self.spec.name, "description": self.spec.description}
         tree.write(MACHINE_INFO_PATH.as_posix(), json.dumps(info, indent=2, sort_keys=True))
-        if self.spec.nvml is not None:
-            tree.write(NVML_DESCRIPTION_PATH.as_posix(), self.spec.nvml.to_json())
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
-
-from drakit.sim.nvml import NvmlDescription
+from pathlib import Path
+from typing import Literal, Protocol
 
 __all__ = [
     "BDF_PATTERN",
@@ -36,6 +35,7 @@ __all__ = [
     "PciDeviceSpec",
     "PciRootSpec",
     "RdmaSpec",
+    "SimPart",
     "SimSpecError",
     "SriovSpec",
     "UnknownProfileError",
@@ -63,8 +63,24 @@ class UnknownProfileError(ValueError):
         self.name = name
         self.known = known
         super().__init__(
-            f"unknown simulated-hardware profile {name!r}; known profiles: {', '.join(known)}"
+            f"unknown simulated-hardware profile {name!r}; known profiles: {', '.join(known)}. "
+            "A vendor's profiles come with its package: install the distribution that registers "
+            f"{name!r} in the 'drakit.profiles' entry point group (`drakit sim list` shows "
+            "which distribution provides each profile)"
         )
+
+
+class SimPart(Protocol):
+    """Vendor files a simulated machine carries beyond the generic sysfs/procfs tree.
+
+    A backend's simulator module (``drakit_nvidia_gpu.sim``, ``drakit_amd_gpu.sim``...) defines
+    its parts (the fake NVML's description file, the amdgpu/KFD files); a profile lists them in
+    :attr:`MachineSpec.parts` and :class:`~drakit.sim.SysfsBuilder` calls :meth:`write` after
+    the generic tree is written, so core never knows a vendor's files.
+    """
+
+    def write(self, spec: MachineSpec, root: Path) -> None:
+        """Write this part's files for ``spec`` under the built ``root``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -340,11 +356,11 @@ class MachineSpec:
         description: one line for ``drakit sim`` listings and docs.
         cpu: processors, caches and NUMA layout.
         pci_roots: host bridges with their device trees.
-        nvml: fake NVML description for NVIDIA GPUs (written to ``drakit-sim/nvml.json``).
+        parts: vendor parts written after the generic tree, in order (:class:`SimPart`).
     """
 
     name: str
     description: str
     cpu: CpuSpec
     pci_roots: tuple[PciRootSpec, ...] = ()
-    nvml: NvmlDescription | None = None
+    parts: tuple[SimPart, ...] = ()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +19,7 @@ import click
 import yaml
 
 from drakit.cpuset import CpuListError, format_cpulist, parse_cpulist
+from drakit.simseam import simulator
 from drakit_cpu.allocator import AllocationError
 from drakit_cpu.discovery import read_cpu_facts
 from drakit_cpu.plugin import select_cpus
@@ -53,7 +54,7 @@ def _hardware(f: F) -> F:
         type=click.Path(path_type=Path, file_okay=False, exists=True),
         help="Read the topology under this root (it holds sys/; '/' on a node).",
     )(f)
-    return click.option("--profile", help="Simulated hardware profile (see `drakit profiles`).")(f)
+    return click.option("--profile", help="Simulated hardware profile (see `drakit sim list`).")(f)
 
 
 @contextmanager
@@ -63,13 +64,11 @@ def _root(profile: str | None, sysfs_root: Path | None) -> Iterator[Path]:
     if sysfs_root is not None:
         yield sysfs_root
         return
-    from drakit.sim import get_profile, materialize  # noqa: PLC0415 - only loaded when asked
-
-    try:
-        get_profile(str(profile))
-    except ValueError as e:  # UnknownProfileError lists the known profiles
-        raise CpuCliError(str(e)) from None
-    with materialize(str(profile)) as root:
+    with ExitStack() as stack:
+        try:
+            root = stack.enter_context(simulator().materialize(str(profile)))
+        except ValueError as e:  # UnknownProfileError lists the known profiles
+            raise CpuCliError(str(e)) from None
         yield root
 
 

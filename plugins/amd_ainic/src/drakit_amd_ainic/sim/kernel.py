@@ -25,8 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from drakit.sim.builder import SysfsBuilder
-from drakit.sim.spec import (
+from drakit.sim import (
     CpuSpec,
     MachineSpec,
     NetDevSpec,
@@ -34,6 +33,7 @@ from drakit.sim.spec import (
     PciRootSpec,
     RdmaSpec,
     SriovSpec,
+    SysfsBuilder,
 )
 
 __all__ = [

@@ -20,9 +20,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from drakit.sim import MachineSpec
 
 __all__ = [
     "EVENTS_PATH",
@@ -41,7 +44,7 @@ __all__ = [
     "mig_device_uuid",
     "mig_instances",
     "recover_gpu",
-    "vendor_libraries",
+    "simulated_libraries",
 ]
 
 NVML_DESCRIPTION_PATH = Path("drakit-sim") / "nvml.json"
@@ -161,6 +164,16 @@ class NvmlDescription(BaseModel):
     def to_json(self) -> str:
         """The file's exact text (stable key order, two-space indent, trailing newline)."""
         return self.model_dump_json(indent=2) + "\n"
+
+    def write(self, spec: MachineSpec, root: Path) -> None:
+        """Write ``<root>/drakit-sim/nvml.json`` (a :class:`drakit.sim.SimPart` of the spec)."""
+        path = root / NVML_DESCRIPTION_PATH
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, self.to_json().encode())
+        finally:
+            os.close(fd)
 
 
 def load_nvml_description(root: Path) -> NvmlDescription:
@@ -917,8 +930,13 @@ def mig_instances(root: Path) -> dict[str, list[dict[str, Any]]]:
     return {u: sorted(v, key=lambda r: r["start"]) for u, v in instances.items()}
 
 
-def vendor_libraries(root: Path) -> dict[str, object]:
-    """The vendor-library stand-ins a simulated root needs, by module name (``pynvml``)."""
+def simulated_libraries(root: Path) -> dict[str, object]:
+    """The fake NVML for a simulated root that has a description, by module name (``pynvml``).
+
+    Registered in the ``drakit.sim_libraries`` entry point group: the simulated runtime
+    (``drakit.sim``) calls it for a simulated root and hands the result to the backends as
+    ``PluginContext.libraries``; the backend itself never imports this module.
+    """
     if (Path(root) / NVML_DESCRIPTION_PATH).exists():
         return {"pynvml": FakeNvml(Path(root))}
     return {}

@@ -26,9 +26,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from drakit.sim.spec import MachineSpec, PciDeviceSpec
+from drakit.sim import MachineSpec, PciDeviceSpec
 
-__all__ = ["AMD_GPU_MODELS", "AmdGpuModel", "amd_gpus", "write_amd_gpus"]
+__all__ = ["AMD_GPU_MODELS", "AmdGpuModel", "AmdGpuSysfs", "amd_gpus", "write_amd_gpus"]
 
 AMD_VENDOR = 0x1002
 DRIVER_VERSION = "6.12.12.60400"
@@ -191,3 +191,16 @@ def write_amd_gpus(spec: MachineSpec, root: Path) -> int:
             )
             node += 1
     return len(gpus)
+
+
+@dataclass(frozen=True)
+class AmdGpuSysfs:
+    """The amdgpu/amdkfd files as a :class:`drakit.sim.SimPart`: a spec with AMD GPUs lists it.
+
+    It writes for whatever AMD GPUs the spec holds when it is built, so a test may change a
+    profile's PCI tree (``dataclasses.replace``) and keep the part.
+    """
+
+    def write(self, spec: MachineSpec, root: Path) -> None:
+        """Write the files of :func:`write_amd_gpus`."""
+        write_amd_gpus(spec, root)
