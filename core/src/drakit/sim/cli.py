@@ -14,7 +14,13 @@ from pathlib import Path
 
 import click
 
-from drakit.sim.profiles import build_profile, get_profile, list_profiles, profile_info
+from drakit.sim.profiles import (
+    build_profile,
+    get_profile,
+    list_profiles,
+    profile_info,
+    profile_source,
+)
 
 __all__ = ["sim"]
 
@@ -27,13 +33,23 @@ def sim() -> None:
 @sim.command("list")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
 def list_(output: str) -> None:
-    """List every simulated-hardware profile with the distribution that provides it."""
-    infos = [profile_info(name) for name in list_profiles()]
-    if output == "json":
-        click.echo(json.dumps([dataclasses.asdict(i) for i in infos], indent=2))
-        return
-    for info in infos:
-        click.echo(f"{info.name:24} {info.distribution:20} {info}")
+    """List every simulated-hardware profile with the distribution that provides it.
+
+    A profile whose entry point fails to load is listed with the error instead of its counts.
+    """
+    rows: list[dict[str, object]] = []
+    lines: list[str] = []
+    for name in list_profiles():
+        try:
+            info = profile_info(name)
+        except ValueError as e:  # SimSpecError: a broken entry point, a misnamed spec
+            source = profile_source(name)
+            rows.append({"name": name, "distribution": source, "error": str(e)})
+            lines.append(f"{name:24} {source:20} cannot load: {e}")
+            continue
+        rows.append(dataclasses.asdict(info))
+        lines.append(f"{info.name:24} {info.distribution:20} {info}")
+    click.echo(json.dumps(rows, indent=2) if output == "json" else "\n".join(lines))
 
 
 @sim.command("build")
