@@ -589,7 +589,7 @@ class SysfsBuilder:
     def enable_vfs(self, root: Path, pf_address: str, num_vfs: int) -> None:
         """Create ``num_vfs`` VFs of a PF in an already built tree, as the kernel would.
 
-        The kernel creates VFs when ``sriov_numvfs`` is written; :mod:`drakit.sim.ainic` calls
+        The kernel creates VFs when ``sriov_numvfs`` is written; :mod:`drakit_amd_ainic.sim` calls
         this for the simulated kernel. The PF must have no VFs yet.
 
         Raises:
