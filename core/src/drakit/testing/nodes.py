@@ -29,7 +29,15 @@ from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
 from drakit.inventory import Inventory, build_inventory
 from drakit.kubelet.client import KubeletClient
-from drakit.models import ClaimRef, DeviceHealth, PreparedDeviceRef
+from drakit.models import (
+    ClaimInfo,
+    ClaimPrepareResult,
+    ClaimRef,
+    ClaimUnprepareResult,
+    DeviceHealth,
+    PreparedDevice,
+    PreparedDeviceRef,
+)
 from drakit.node import Node
 from drakit.pluginhost import Discovered, PluginHost
 from drakit.runtime import fast_tmp
@@ -206,6 +214,14 @@ class SimHost:
     def health(self) -> dict[str, list[DeviceHealth]]:
         """Device health per plugin."""
         return self.host.health()
+
+    def prepare(
+        self, plugin: str, claim: ClaimInfo, held: Sequence[PreparedDevice] = ()
+    ) -> list[PreparedDevice]:
+        """Call ``plugin``'s prepare hook directly (no checkpoint, no CDI; see :func:`run_node`
+        for the whole pipeline over the kubelet socket).
+        """
+        return self.host.prepare(plugin, claim, held)
 
     def hook_implementations(self, plugin: str) -> list[str]:
         """The hooks ``plugin`` implements."""
@@ -468,6 +484,27 @@ class KubeletSide:
             error="; ".join(errors) or None,
             cdi_dir=self.cdi_dir,
         )
+
+    def prepare_batch(self, driver: str, refs: Sequence[ClaimRef]) -> dict[str, ClaimPrepareResult]:
+        """One NodePrepareResources call to ``driver`` for several claims (the kubelet batches
+        a pod's claims); claim UID -> result, exactly as the driver answered.
+
+        Raises:
+            PermanentError: the node does not serve ``driver``.
+        """
+        with self._client(driver) as client:
+            return client.prepare(list(refs))
+
+    def unprepare_batch(
+        self, driver: str, refs: Sequence[ClaimRef]
+    ) -> dict[str, ClaimUnprepareResult]:
+        """One NodeUnprepareResources call to ``driver`` for several claims.
+
+        Raises:
+            PermanentError: the node does not serve ``driver``.
+        """
+        with self._client(driver) as client:
+            return client.unprepare(list(refs))
 
     def unprepare(self, claim: Mapping[str, Any]) -> str | None:
         """NodeUnprepareResources for ``claim``; the drivers' errors, ``None`` on success.
