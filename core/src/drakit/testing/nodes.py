@@ -218,8 +218,9 @@ class SimHost:
     def prepare(
         self, plugin: str, claim: ClaimInfo, held: Sequence[PreparedDevice] = ()
     ) -> list[PreparedDevice]:
-        """Call ``plugin``'s prepare hook directly (no checkpoint, no CDI; see :func:`run_node`
-        for the whole pipeline over the kubelet socket).
+        """Call ``plugin``'s prepare hook directly: no checkpoint, no CDI.
+
+        :func:`run_node` runs the whole pipeline over the kubelet socket.
         """
         return self.host.prepare(plugin, claim, held)
 
@@ -486,8 +487,9 @@ class KubeletSide:
         )
 
     def prepare_batch(self, driver: str, refs: Sequence[ClaimRef]) -> dict[str, ClaimPrepareResult]:
-        """One NodePrepareResources call to ``driver`` for several claims (the kubelet batches
-        a pod's claims); claim UID -> result, exactly as the driver answered.
+        """One NodePrepareResources call to ``driver`` for several claims; UID -> result.
+
+        The kubelet batches a pod's claims this way; the results are as the driver answered.
 
         Raises:
             PermanentError: the node does not serve ``driver``.
