@@ -103,6 +103,10 @@ def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "
         root: where to write the tree.
         node_name: the node's name.
 
+    A spec is built through the profile registry: one whose name is not a known profile stays
+    registered under that name (later ``build_sim_node(spec.name, ...)`` finds it); one that
+    varies a known profile under its name is built without changing what the name means.
+
     Raises:
         UnknownProfileError: no profile has that name; the message lists the known ones.
         FileExistsError: ``root`` is not empty.
@@ -156,19 +160,11 @@ class SimHost:
     :attr:`host` is the plugin host itself for anything else.
     """
 
-    def __init__(self, host: PluginHost, stack: ExitStack) -> None:
+    def __init__(self, host: PluginHost, stack: ExitStack, node: SimNode) -> None:
         self.host = host
+        self.node = node
+        """The simulated node."""
         self._stack = stack
-
-    @property
-    def node(self) -> SimNode:
-        """The simulated node (rebuilt from the host's node info)."""
-        info = self.host.node
-        return SimNode(
-            root=Path(info.sysfs_root),
-            profile=self.host.settings.profile or "",
-            node_name=info.name,
-        )
 
     @property
     def backends(self) -> Mapping[str, object]:
@@ -265,7 +261,7 @@ def open_host(config: Mapping[str, Any], node: SimNode) -> SimHost:
     except BaseException:
         stack.close()
         raise
-    return SimHost(host, stack)
+    return SimHost(host, stack, node)
 
 
 # -- claims ----------------------------------------------------------------------------------
