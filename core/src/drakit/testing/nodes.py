@@ -95,6 +95,10 @@ class SimNode:
 def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "node-1") -> SimNode:
     """Build a simulated node's tree under ``root`` (missing or empty).
 
+    A spec is built through the profile registry: one whose name is not a known profile stays
+    registered under that name (later ``build_sim_node(spec.name, ...)`` finds it); one that
+    varies a known profile under its name is built without changing what the name means.
+
     Args:
         profile: a profile name (built-in, registered with :func:`drakit.sim.register_profile`
             or installed through the ``drakit.profiles`` entry point group), or a
@@ -102,10 +106,6 @@ def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "
             :func:`dataclasses.replace`).
         root: where to write the tree.
         node_name: the node's name.
-
-    A spec is built through the profile registry: one whose name is not a known profile stays
-    registered under that name (later ``build_sim_node(spec.name, ...)`` finds it); one that
-    varies a known profile under its name is built without changing what the name means.
 
     Raises:
         UnknownProfileError: no profile has that name; the message lists the known ones.
@@ -119,7 +119,7 @@ def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "
 
 
 def _build_spec(spec: MachineSpec, root: Path) -> None:
-    """Build ``spec`` through the profile registry, leaving the registry as it was."""
+    """Build ``spec`` through the profile registry; a known name keeps its own spec."""
     with _REGISTER_LOCK:
         try:
             known: MachineSpec | None = get_profile(spec.name)
