@@ -8,7 +8,7 @@ GPU backends and mixed NIC modes:
 * ``enp64s0`` (ainic-1) ``vf``: four VFs the operator created before drakit started;
 * the others ``pf``, with rails 1..3 two NICs each (ainic-2/3 rail 1, 4/5 rail 2, 6/7 rail 3).
 
-The simulated SR-IOV kernel (:class:`drakit.sim.ainic.SriovKernel`) runs in the test process
+The simulated SR-IOV kernel (:class:`drakit_amd_ainic.sim.SriovKernel`) runs in the test process
 beside the tree, so ``sriov_numvfs`` writes from the node create VFs as on a real node.
 
 Shown: (a) three pods share one PF through consumable capacity and a fourth that does not fit
