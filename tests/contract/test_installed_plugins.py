@@ -32,8 +32,8 @@ from drakit.slices import check_driver_name
 from drakit.strategies import Strategy
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit.testing import BackendContract, SimNode
-from drakit_amd_ainic.sim import SriovKernel
 from drakit.testing.plugin import HostFactory, SimNodeFactory
+from drakit_amd_ainic.sim import SriovKernel
 
 PROFILE = "h200-8gpu-8ainic"
 BACKENDS = sorted(metadata.entry_points(group="drakit.plugins"), key=lambda e: e.name)
