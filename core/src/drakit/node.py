@@ -127,6 +127,10 @@ class Node:
                 observer=self.metrics,
             )
             self.states[driver] = state
+            try:  # networkData a crash kept from the API server (written in the background)
+                state.resume_device_status()
+            except DrakitError as e:  # the checkpoint cannot be read: prepare reports it
+                log.warning("driver %s: networkData not rewritten at start: %s", driver, e)
             self.health[driver] = HealthBroadcaster(self._default_health(driver))
             if self.serve_kubelet:
                 server = KubeletPluginServer(
