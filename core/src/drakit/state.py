@@ -38,6 +38,7 @@ spec whose devices cannot be attributed refuses every prepare of the driver, ret
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -57,6 +58,7 @@ from drakit.cdi import CdiWriter
 from drakit.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, RetryableError
 from drakit.faults import crash_point
+from drakit.inventory import Inventory, InventorySnapshot
 from drakit.kube import ConflictError, NotFoundError
 from drakit.models import (
     AllocatedDevice,
@@ -291,14 +293,17 @@ class DriverState:
 
     Args:
         driver: the DRA driver name.
-        host: the plugin host (device ownership, config validation, prepare hooks).
-        claims: where ResourceClaims are read.
+        host: the plugin host (config validation, prepare and unprepare hooks).
+        claims: where ResourceClaims are read (and, when the source can apply claim status,
+            where networkData is written).
         state_dir: drakit's state directory; this driver uses ``<state_dir>/<driver>/`` (0700).
         cdi_dir: the CDI spec directory.
         boot_id: the node's current boot ID.
         on_repair: called when the checkpoint was repaired (see :class:`CheckpointStore`).
         observer: receives per-claim timings.
         get_workers: how many claim GETs run in parallel (calls with several claims).
+        inventory: the node's device inventory (which plugin owns which device); each kubelet
+            call reads its current snapshot once. ``None``: one of its own, discovered now.
 
     Raises:
         PermanentError: the driver name is not a DNS subdomain, or the state directory is a
@@ -317,6 +322,7 @@ class DriverState:
         on_repair: Callable[[str, str, int], None] | None = None,
         observer: PipelineObserver | None = None,
         get_workers: int = 8,
+        inventory: Inventory | None = None,
     ) -> None:
         if len(driver) > 253 or not _DNS_SUBDOMAIN.fullmatch(driver):  # noqa: PLR2004
             raise PermanentError(
@@ -325,6 +331,10 @@ class DriverState:
             )
         self.driver = driver
         self.host = host
+        if inventory is None:
+            inventory = Inventory(host)
+            inventory.refresh()
+        self.inventory = inventory
         self.claims = claims
         ensure_dir(state_dir)
         self.dir = ensure_dir(state_dir / driver)
@@ -384,7 +394,7 @@ class DriverState:
         if not missing:
             return out
         names: dict[str, list[DeviceKey]] = {}
-        for key in self.host.devices_of(self.driver):
+        for key in self.inventory.current.devices_of(self.driver):
             names.setdefault(self.cdi.device_name("", key.device).lstrip("-_"), []).append(key)
         for uid in missing:
             results: list[PreparedDeviceRef] = []
@@ -434,14 +444,15 @@ class DriverState:
                 self._observe("prepare", err, start)
             else:
                 valid.append(ref)
+        snap = self.inventory.current  # one discovery round for the whole call
         if len(valid) == 1:  # the common case: no hand-off to another thread
-            fetched = [self._fetch(valid[0])]
+            fetched = [self._fetch(valid[0], snap)]
         elif valid:
-            fetched = list(self._workers().map(self._fetch, valid))
+            fetched = list(self._workers().map(functools.partial(self._fetch, snap=snap), valid))
         else:
             return out
         with self._serialized():
-            done = self._prepare_locked(list(zip(valid, fetched, strict=True)))
+            done = self._prepare_locked(list(zip(valid, fetched, strict=True)), snap)
         for ref in valid:
             out[ref.uid] = done[ref.uid]
             self._observe("prepare", done[ref.uid].error, start)
@@ -457,12 +468,12 @@ class DriverState:
     def _where(ref: ClaimRef) -> str:
         return f"claim {ref.namespace}/{ref.name}"
 
-    def _fetch(self, ref: ClaimRef) -> _Planned | ClaimError:
+    def _fetch(self, ref: ClaimRef, snap: InventorySnapshot) -> _Planned | ClaimError:
         where = self._where(ref)
         try:
             obj = self.claims.get_resource_claim(ref.namespace, ref.name)
             crash_point("prepare-after-get")
-            return self._plan(ref, obj)
+            return self._plan(ref, obj, snap)
         except ClaimError as e:
             return e
         except RetryableError as e:
@@ -478,7 +489,7 @@ class DriverState:
         except Exception as e:  # noqa: BLE001 - a malformed claim fails alone, whatever broke
             return ClaimError(f"{where}: malformed claim: {_show(repr(e))}")
 
-    def _plan(self, ref: ClaimRef, obj: dict[str, Any]) -> _Planned:
+    def _plan(self, ref: ClaimRef, obj: dict[str, Any], snap: InventorySnapshot) -> _Planned:
         where = self._where(ref)
         uid = (obj.get("metadata") or {}).get("uid")
         if uid != ref.uid:
@@ -498,7 +509,7 @@ class DriverState:
             key = DeviceKey(
                 driver=self.driver, pool=str(r.get("pool", "")), device=str(r.get("device", ""))
             )
-            owner = self.host.owner_of(key)
+            owner = snap.owner_of(key)
             if owner is None:
                 raise ClaimError(
                     f"{where}: request {_show(request)!r}: status.allocation.devices.results[{i}] "
@@ -588,7 +599,7 @@ class DriverState:
         return out
 
     def _prepare_locked(
-        self, fetched: Sequence[tuple[ClaimRef, _Planned | ClaimError]]
+        self, fetched: Sequence[tuple[ClaimRef, _Planned | ClaimError]], snap: InventorySnapshot
     ) -> dict[str, ClaimPrepareResult]:
         """Steps 4-7 for every claim of one call, under the driver's lock."""
         out: dict[str, ClaimPrepareResult] = {}
@@ -598,7 +609,7 @@ class DriverState:
                 out[ref.uid] = ClaimPrepareResult(error=str(p))
         try:
             cp = self.store.load()
-            todo = self._admit(cp, plans, out)
+            todo = self._admit(cp, plans, out, snap)
             if not todo:
                 return out
             self.store.save(cp)
@@ -639,7 +650,11 @@ class DriverState:
         }
 
     def _admit(
-        self, cp: Checkpoint, plans: Sequence[_Planned], out: dict[str, ClaimPrepareResult]
+        self,
+        cp: Checkpoint,
+        plans: Sequence[_Planned],
+        out: dict[str, ClaimPrepareResult],
+        snap: InventorySnapshot,
     ) -> list[_Planned]:
         """Step 4 in memory: the claims that need work get ``PrepareStarted`` records."""
         holders = self._holders(cp)
@@ -664,7 +679,7 @@ class DriverState:
                 for key in holders:  # its devices are free again
                     holders[key] = [h for h in holders[key] if h[0] != ref.uid]
                 rec = None
-            clash = self._clash(plan, holders)
+            clash = self._clash(plan, holders, snap)
             if clash:
                 out[ref.uid] = ClaimPrepareResult(error=f"{self._where(ref)}: {clash}")
                 continue
@@ -745,7 +760,10 @@ class DriverState:
         return out
 
     def _clash(
-        self, plan: _Planned, holders: dict[tuple[str, str], list[tuple[str, str, bool]]]
+        self,
+        plan: _Planned,
+        holders: dict[tuple[str, str], list[tuple[str, str, bool]]],
+        snap: InventorySnapshot,
     ) -> str:
         """The last line of defence against double use: a device another claim may hold."""
         me = plan.ref.uid
@@ -761,7 +779,7 @@ class DriverState:
             others = [h for h in holders.get((d.pool, d.device), []) if h[0] != me]
             if not others:
                 continue
-            dev = self.host.device(d.key)
+            dev = snap.device(d.key)
             shared = dev is not None and bool(dev.allow_multiple_allocations)
             _, who, recovered = others[0]
             if not shared:
