@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ def listed(cp: ControlPlane, node_name: str) -> dict[str, dict[str, Any]]:
 
 
 def publisher(
-    kube: KubeClient, node: dict[str, Any], desired: Callable[[], list[PoolSpec]], **kw: Any
+    kube: KubeClient, node: dict[str, Any], desired: Callable[[], Sequence[PoolSpec]], **kw: Any
 ) -> ResourceSlicePublisher:
     drivers = kw.pop("drivers", {DRIVER})
     return ResourceSlicePublisher(

@@ -38,7 +38,7 @@ def host() -> Iterator[PluginHost]:
         plugins={"cpu": {"reserved": "0-1"}, "nvidia_gpu": {}, "amd_ainic": {}},
     )
     with open_host(settings) as h:
-        build_inventory(h)  # discovery records which plugin owns which device
+        build_inventory(h)  # the profile discovers (each DriverState keeps its own Inventory)
         yield h
 
 

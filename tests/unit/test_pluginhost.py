@@ -320,8 +320,7 @@ def test_third_party_plugin_next_to_the_shipped_ones_on_a_profile() -> None:
 
 def test_third_party_prepare_is_routed_to_it() -> None:
     host = make_host({"example_fpga": {"count": 2}})
-    host.discover()
-    owner = host.owner_of(fpga_key("fpga-1"))
+    owner = build_inventory(host).owner_of(fpga_key("fpga-1"))
     assert owner == "example_fpga"
     [prepared] = host.prepare(owner, claim_for("fpga-1"))
     assert prepared.device == "fpga-1"
@@ -477,9 +476,8 @@ def test_cli_process_prints_no_traceback_for_a_failing_discovery(
 def test_prepare_calls_only_the_owning_plugin() -> None:
     a, b = PrepareSpy(), PrepareSpy()
     host = make_host({"example_fpga": {"count": 1}}, extra={"spy-a": a, "spy-b": b})
-    host.discover()
     claim = claim_for("fpga-0")
-    owner = host.owner_of(fpga_key("fpga-0"))
+    owner = build_inventory(host).owner_of(fpga_key("fpga-0"))
     assert owner == "example_fpga"
     host.prepare(owner, claim)
     assert (a.prepared, b.prepared) == ([], [])

@@ -1,4 +1,13 @@
-"""From plugins to desired ResourceSlices: discovery, strategy ordering, rendering.
+"""Discovery results and device ownership, as immutable snapshots swapped atomically.
+
+:func:`build_inventory` runs one discovery round through the plugin host (discovery, strategy
+ordering, grouping into pools) and returns an :class:`InventorySnapshot`: the pools to publish
+and, per device, the plugin that owns it. Nothing in a snapshot changes after it is built (frozen
+dataclasses, read-only mappings), so a reader holds one snapshot for as long as it needs.
+
+:class:`Inventory` owns the current snapshot of a node: the publisher's discovery rounds
+(through :meth:`Inventory.refresh`) replace it in one assignment, and the prepare pipeline
+(``drakit.state``) reads it once per kubelet call, so one call never sees two discovery rounds.
 
 The publisher (node) and the CLI (``drakit discover``, ``drakit slices``) share this path, so
 what a user previews is exactly what a node publishes.
@@ -6,22 +15,49 @@ what a user previews is exactly what a node publishes.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from drakit.models import Device, DeviceKey
 from drakit.pluginhost import Discovered, PluginHost
 from drakit.slices import PoolSpec, pools_from_devices, render_pool
 
-__all__ = ["Inventory", "build_inventory"]
+__all__ = ["Inventory", "InventorySnapshot", "build_inventory"]
+
+_Key = tuple[str, str, str]
+"""(driver, pool, device): the snapshot's own key (cheaper to hash than a ``DeviceKey``)."""
 
 
-@dataclass
-class Inventory:
-    """Everything one discovery round produced, ready to publish."""
+def _empty() -> Mapping[Any, Any]:
+    return MappingProxyType({})
 
-    discovered: Discovered
-    pools: list[PoolSpec] = field(default_factory=list)
+
+@dataclass(frozen=True)
+class InventorySnapshot:
+    """Everything one discovery round produced: pools to publish and who owns each device.
+
+    Build it with :func:`build_inventory`; an empty one (no round yet) owns nothing.
+    """
+
+    pools: tuple[PoolSpec, ...] = ()
+    _owners: Mapping[_Key, str] = field(default_factory=_empty, repr=False)
+    _devices: Mapping[_Key, Device] = field(default_factory=_empty, repr=False)
+    _by_driver: Mapping[str, tuple[DeviceKey, ...]] = field(default_factory=_empty, repr=False)
+
+    def owner_of(self, key: DeviceKey) -> str | None:
+        """The plugin that discovered a device in this round, if any."""
+        return self._owners.get((key.driver, key.pool, key.device))
+
+    def device(self, key: DeviceKey) -> Device | None:
+        """A device as published in this round, if any."""
+        return self._devices.get((key.driver, key.pool, key.device))
+
+    def devices_of(self, driver: str) -> tuple[DeviceKey, ...]:
+        """The devices published for ``driver`` in this round, in discovery order."""
+        return self._by_driver.get(driver, ())
 
     def slices(self, generations: dict[tuple[str, str], int] | None = None) -> list[dict[str, Any]]:
         """Render every pool; ``generations`` maps (driver, pool) to the generation to stamp."""
@@ -32,16 +68,34 @@ class Inventory:
         return out
 
     def devices(self) -> list[tuple[DeviceKey, str, Device]]:
-        """(key, owning plugin, device) in publishing order."""
+        """(key, owning plugin, device as discovered) in publishing order."""
         out = []
         for spec in self.pools:
             for d in spec.devices:
+                k = (spec.driver, spec.pool, d.name)
                 key = DeviceKey(driver=spec.driver, pool=spec.pool, device=d.name)
-                out.append((key, self.discovered.owners[key], self.discovered.devices[key]))
+                out.append((key, self._owners[k], self._devices[k]))
         return out
 
 
-def build_inventory(host: PluginHost) -> Inventory:
+def _snapshot(disc: Discovered, pools: list[PoolSpec]) -> InventorySnapshot:
+    owners: dict[_Key, str] = {}
+    devices: dict[_Key, Device] = {}
+    by_driver: dict[str, list[DeviceKey]] = {}
+    for key, dev in disc.devices.items():
+        k = (key.driver, key.pool, key.device)
+        owners[k] = disc.owners[key]
+        devices[k] = dev
+        by_driver.setdefault(key.driver, []).append(key)
+    return InventorySnapshot(
+        pools=tuple(pools),
+        _owners=MappingProxyType(owners),
+        _devices=MappingProxyType(devices),
+        _by_driver=MappingProxyType({d: tuple(keys) for d, keys in by_driver.items()}),
+    )
+
+
+def build_inventory(host: PluginHost) -> InventorySnapshot:
     """Discover through ``host``, order each plugin's devices by its strategy, group into pools."""
     disc = host.discover()
     per_plugin: dict[str, list[Device]] = {}
@@ -57,4 +111,46 @@ def build_inventory(host: PluginHost) -> Inventory:
     for driver in sorted(by_driver):
         counters = disc.counter_sets.get((driver, node), [])
         pools.extend(pools_from_devices(driver, node, by_driver[driver], counters))
-    return Inventory(discovered=disc, pools=pools)
+    return _snapshot(disc, pools)
+
+
+class Inventory:
+    """The current :class:`InventorySnapshot` of one node's plugins.
+
+    Args:
+        host: the plugin host discovery runs through.
+
+    Reading :attr:`current` takes no lock (one attribute read); :meth:`refresh` builds the
+    next snapshot outside any reader's way and swaps it in one assignment. Rounds are
+    serialised among themselves.
+    """
+
+    def __init__(self, host: PluginHost) -> None:
+        self.host = host
+        self._current: InventorySnapshot | None = None
+        self._round = threading.Lock()
+
+    @property
+    def current(self) -> InventorySnapshot:
+        """The latest snapshot (an empty one, owning nothing, before the first round)."""
+        snap = self._current
+        return snap if snap is not None else _EMPTY
+
+    @property
+    def discovered(self) -> bool:
+        """Whether a discovery round has completed."""
+        return self._current is not None
+
+    def refresh(self) -> InventorySnapshot:
+        """Run one discovery round and make its snapshot current.
+
+        Raises:
+            DrakitError: discovery failed; the previous snapshot stays current.
+        """
+        with self._round:
+            snap = build_inventory(self.host)
+            self._current = snap
+            return snap
+
+
+_EMPTY = InventorySnapshot()

@@ -506,13 +506,28 @@ class KubeClient:
         Same connection pool, TLS and credentials as :meth:`request`: the headers, auth and URL
         are all the client would send (the token is refreshed at most once a second).
         """
+        return self._lean("GET", path, what=what)
+
+    def _lean(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """One request through the client's own pool, TLS and credentials (see _lean_get)."""
         headers = self._lean_headers()
+        if body is not None:
+            headers = {**headers, "Content-Type": content_type}
         try:
             if self._pool is None:  # the pool the client itself uses for this server
                 self._pool = self._api.rest_client.pool_manager.connection_from_url(self._base_url)
             resp = self._pool.urlopen(
-                "GET",
+                method,
                 self._base_path + path,
+                body=body,
                 headers=headers,
                 timeout=self._read_timeout,
                 retries=False,
@@ -534,21 +549,47 @@ class KubeClient:
             raise RetryableError(f"{what}: the API server sent {type(doc).__name__}, not an object")
         return doc
 
-    def update_resource_claim_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Replace a ResourceClaim's status; ``metadata.resourceVersion`` makes it conditional.
+    def apply_claim_device_status(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        devices: list[dict[str, Any]],
+        *,
+        field_manager: str,
+    ) -> dict[str, Any]:
+        """Server-side apply of ``status.devices`` entries to a ResourceClaim (one PATCH).
+
+        ``status.devices`` is a list map keyed by driver, pool, device and shareID, so the API
+        server merges these entries with those of other field managers (other drivers) and
+        removes the entries ``field_manager`` applied before but no longer lists. ``uid``
+        guards against a claim that was deleted and recreated under the same name: the API
+        server refuses the patch instead of applying it to the new claim. ``force`` takes
+        over fields another manager set, so the apply itself never conflicts.
 
         Raises:
-            ConflictError: The claim changed since ``resourceVersion`` was read.
             NotFoundError: There is no such claim.
+            ConflictError: The claim's UID is not ``uid`` (or another 409 from the server).
+            PermanentError: The server refused the entries (4xx, e.g. a device not allocated).
+            RetryableError: The server is unreachable or answered 5xx/429.
         """
-        meta = obj["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        return self._send(
-            "PUT",
+        path = (
             f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
-            f"/resourceclaims/{quote(name, safe='')}/status",
-            what=f"update the status of ResourceClaim {namespace}/{name}",
-            body=obj,
+            f"/resourceclaims/{quote(name, safe='')}/status"
+            f"?fieldManager={quote(field_manager, safe='')}&force=true"
+        )
+        patch = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": namespace, "name": name, "uid": uid},
+            "status": {"devices": devices},
+        }
+        return self._lean(
+            "PATCH",
+            path,
+            what=f"apply status.devices of ResourceClaim {namespace}/{name}",
+            body=json.dumps(patch, separators=(",", ":")).encode(),
+            content_type="application/apply-patch+yaml",  # JSON is YAML
         )
 
     # -------------------------------------------------------------------- events

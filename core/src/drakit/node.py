@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from types import FrameType
@@ -28,7 +28,7 @@ from types import FrameType
 from drakit.checkpoint import read_boot_id
 from drakit.config import DrakitSettings
 from drakit.errors import DrakitError, PermanentError, RetryableError
-from drakit.inventory import Inventory, build_inventory
+from drakit.inventory import Inventory, InventorySnapshot
 from drakit.kube import KubeClient
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer
 from drakit.metrics import Metrics, ProbeServer
@@ -84,12 +84,11 @@ class Node:
         self.health: dict[str, HealthBroadcaster] = {}
         self.publisher: ResourceSlicePublisher | None = None
         self.probes: ProbeServer | None = None
-        self.inventory: Inventory | None = None
+        self._inventory: Inventory | None = None
         self._unhealthy: set[tuple[str, str, str]] = set()
         self._stack = ExitStack()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._inv_lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -109,6 +108,7 @@ class Node:
         s = self.settings
         self.host = self._stack.enter_context(open_host(s))
         self.host.on_plugin_error = self._plugin_error
+        self._inventory = Inventory(self.host)
         node_name = self.host.node.name
         self.refresh()
         if self.claims is None:
@@ -125,8 +125,13 @@ class Node:
                 boot_id=self.boot_id,
                 on_repair=functools.partial(self._repaired, driver),
                 observer=self.metrics,
+                inventory=self._inventory,
             )
             self.states[driver] = state
+            try:  # networkData a crash kept from the API server (written in the background)
+                state.resume_device_status()
+            except DrakitError as e:  # the checkpoint cannot be read: prepare reports it
+                log.warning("driver %s: networkData not rewritten at start: %s", driver, e)
             self.health[driver] = HealthBroadcaster(self._default_health(driver))
             if self.serve_kubelet:
                 server = KubeletPluginServer(
@@ -252,12 +257,17 @@ class Node:
             raise PermanentError("the node is not started")
         return self.host
 
-    def refresh(self) -> Inventory:
-        """Re-discover and return the current inventory (also updates device ownership)."""
-        host = self._the_host()
-        with self._inv_lock:
-            inv = build_inventory(host)
-            self.inventory = inv
+    @property
+    def inventory(self) -> InventorySnapshot | None:
+        """The current inventory snapshot (``None`` before the first discovery round)."""
+        inv = self._inventory
+        return inv.current if inv is not None and inv.discovered else None
+
+    def refresh(self) -> InventorySnapshot:
+        """Re-discover; the new snapshot becomes the one the prepare pipeline reads."""
+        if self._inventory is None:
+            raise PermanentError("the node is not started")
+        inv = self._inventory.refresh()
         counts: dict[str, int] = {}
         for spec in inv.pools:
             counts[spec.driver] = counts.get(spec.driver, 0) + len(spec.devices)
@@ -265,7 +275,7 @@ class Node:
             self.metrics.devices_published.labels(driver=driver).set(n)
         return inv
 
-    def _desired(self) -> list[PoolSpec]:
+    def _desired(self) -> Sequence[PoolSpec]:
         try:
             inv = self.refresh()
         except DrakitError:

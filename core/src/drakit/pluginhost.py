@@ -193,8 +193,6 @@ class PluginHost:
         self.backends: dict[str, object] = {}
         self.contexts: dict[str, PluginContext] = {}
         self.strategies: dict[str, object] = {}
-        self._owners: dict[DeviceKey, str] = {}
-        self._devices: dict[DeviceKey, Device] = {}
         self._subset: dict[tuple[str, str], Callable[..., Any]] = {}
         self.on_plugin_error: Callable[[str, str], None] | None = None
         """Called as ``(plugin, hook)`` when a hook raises (the node counts these in metrics)."""
@@ -289,18 +287,6 @@ class PluginHost:
         """The plugins publishing under ``driver``, in configuration order."""
         return [n for n, c in self.contexts.items() if c.driver_name == driver]
 
-    def owner_of(self, key: DeviceKey) -> str | None:
-        """The plugin that discovered a device in the last round, if any."""
-        return self._owners.get(key)
-
-    def device(self, key: DeviceKey) -> Device | None:
-        """A device as published in the last discovery round, if any."""
-        return self._devices.get(key)
-
-    def devices_of(self, driver: str) -> list[DeviceKey]:
-        """The devices published for ``driver`` in the last discovery round."""
-        return [k for k in list(self._devices) if k.driver == driver]
-
     def hook_implementations(self, name: str) -> list[str]:
         """The hooks a registered plugin implements."""
         plugin = self.pm.get_plugin(name)
@@ -333,7 +319,7 @@ class PluginHost:
     # -- discovery -----------------------------------------------------------------------------
 
     def discover(self) -> Discovered:
-        """Run discovery, enrichment and composition; record device ownership.
+        """Run discovery, enrichment and composition (``drakit.inventory`` keeps the result).
 
         Raises:
             PermanentError: a plugin returned something invalid (duplicate device, conflicting
@@ -349,8 +335,6 @@ class PluginHost:
                 node=self.node, devices=dict(out.devices)
             )
             self._add_inventory(out, name, inv)
-        self._owners = dict(out.owners)
-        self._devices = dict(out.devices)
         return out
 
     def _add_inventory(self, out: Discovered, plugin: str, result: Any) -> None:

@@ -13,6 +13,12 @@ For each claim in a kubelet call (``docs/architecture.md``, "Prepare pipeline"):
 6. write one CDI spec for the claim, atomically;
 7. record ``PrepareCompleted`` with what was returned (one durable write for the call), and
    return the CDI IDs per device.
+8. when a plugin returned ``network_data``, queue one server-side apply of this driver's
+   ``status.devices`` entries (on the writer's own thread, after the reply is built; skipped when
+   the claim GET already showed exactly those entries; retried with back-off on conflicts and
+   outages). Crash safety: the entries are derived from the checkpoint, so a crash before the
+   write is repaired by :meth:`DriverState.resume_device_status` at the next start, and an
+   apply that is repeated changes nothing.
 
 Every failure is the failing claim's own error string, naming the claim and the field; the other
 claims of the call proceed, whatever the input (a malformed UID, deeply nested configuration, a
@@ -32,6 +38,7 @@ spec whose devices cannot be attributed refuses every prepare of the driver, ret
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -43,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -51,7 +58,8 @@ from drakit.cdi import CdiWriter
 from drakit.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, RetryableError
 from drakit.faults import crash_point
-from drakit.kube import ConflictError
+from drakit.inventory import Inventory, InventorySnapshot
+from drakit.kube import ConflictError, NotFoundError
 from drakit.models import (
     AllocatedDevice,
     ClaimInfo,
@@ -155,6 +163,129 @@ class _Planned:
     ref: ClaimRef
     devices: list[AllocatedDevice]
     owners: dict[str, list[AllocatedDevice]]
+    status: frozenset[str] = frozenset()
+    """This driver's ``status.devices`` entries as the claim GET saw them (canonical JSON)."""
+
+
+@runtime_checkable
+class DeviceStatusSink(Protocol):
+    """Where ``status.devices`` entries are applied (``drakit.kube.KubeClient`` in a node)."""
+
+    def apply_claim_device_status(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        devices: list[dict[str, Any]],
+        *,
+        field_manager: str,
+    ) -> dict[str, Any]:
+        """Server-side apply this manager's entries; raise DrakitError on failure."""
+        ...
+
+
+def _entry_key(entry: Mapping[str, Any]) -> str:
+    """One ``status.devices`` entry's identity and networkData, as canonical JSON."""
+    keep = {k: entry[k] for k in ("pool", "device", "shareID", "networkData") if entry.get(k)}
+    return json.dumps(keep, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class _StatusJob:
+    namespace: str
+    name: str
+    uid: str
+    devices: tuple[dict[str, Any], ...]
+
+
+_STATUS_RETRY_S = (0.2, 1.0, 5.0, 15.0, 30.0)
+"""Back-off between attempts of one networkData write; after the last the write is dropped."""
+
+
+class _StatusWriter:
+    """Applies ``status.devices`` networkData on its own thread, newest job per claim.
+
+    Jobs never block the kubelet's call. A failed apply (API server away, 5xx, a conflict) is
+    retried after each of :data:`_STATUS_RETRY_S`; a claim that is gone (404) or was replaced
+    (another UID) is dropped. Unprepare cancels a claim's pending job. What is not written when
+    the process dies is written again at the next start (:meth:`DriverState.resume_device_status`
+    applies every prepared claim's entries from the checkpoint).
+    """
+
+    def __init__(self, sink: DeviceStatusSink, driver: str) -> None:
+        self._sink = sink
+        self._driver = driver
+        self._manager = f"drakit/{driver}"[:128]
+        self._cond = threading.Condition()
+        self._jobs: dict[str, tuple[_StatusJob, int, float]] = {}  # uid -> job, attempt, due
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: _StatusJob) -> None:
+        with self._cond:
+            if self._closed:
+                log.info("claim %s: stopping, networkData not written", job.uid)
+                return
+            self._jobs[job.uid] = (job, 0, 0.0)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"device-status-{self._driver}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def cancel(self, uid: str) -> None:
+        with self._cond:
+            self._jobs.pop(uid, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def _next(self) -> tuple[_StatusJob, int] | None:
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                due = [(d, uid) for uid, (_, _, d) in self._jobs.items()]
+                if due:
+                    when, uid = min(due)
+                    if when <= now:
+                        job, attempt, _ = self._jobs.pop(uid)
+                        return job, attempt
+                    self._cond.wait(when - now)
+                else:
+                    self._cond.wait()
+            return None
+
+    def _run(self) -> None:
+        while (got := self._next()) is not None:
+            job, attempt = got
+            where = f"claim {job.namespace}/{job.name}"
+            try:
+                self._sink.apply_claim_device_status(
+                    job.namespace,
+                    job.name,
+                    job.uid,
+                    list(job.devices),
+                    field_manager=self._manager,
+                )
+            except (ConflictError, RetryableError) as e:
+                if attempt >= len(_STATUS_RETRY_S):
+                    log.warning("%s: networkData not written, giving up: %s", where, e)
+                    continue
+                with self._cond:  # unless a newer job or an unprepare came meanwhile
+                    due = time.monotonic() + _STATUS_RETRY_S[attempt]
+                    self._jobs.setdefault(job.uid, (job, attempt + 1, due))
+            except NotFoundError:
+                log.info("%s: gone before its networkData was written", where)
+            except DrakitError as e:
+                log.warning("%s: could not write status.devices networkData: %s", where, e)
+            except Exception:  # a sink bug must not end the writer thread
+                log.exception("%s: writing networkData failed", where)
 
 
 class DriverState:
@@ -162,14 +293,17 @@ class DriverState:
 
     Args:
         driver: the DRA driver name.
-        host: the plugin host (device ownership, config validation, prepare hooks).
-        claims: where ResourceClaims are read.
+        host: the plugin host (config validation, prepare and unprepare hooks).
+        claims: where ResourceClaims are read (and, when the source can apply claim status,
+            where networkData is written).
         state_dir: drakit's state directory; this driver uses ``<state_dir>/<driver>/`` (0700).
         cdi_dir: the CDI spec directory.
         boot_id: the node's current boot ID.
         on_repair: called when the checkpoint was repaired (see :class:`CheckpointStore`).
         observer: receives per-claim timings.
         get_workers: how many claim GETs run in parallel (calls with several claims).
+        inventory: the node's device inventory (which plugin owns which device); each kubelet
+            call reads its current snapshot once. ``None``: one of its own, discovered now.
 
     Raises:
         PermanentError: the driver name is not a DNS subdomain, or the state directory is a
@@ -188,6 +322,7 @@ class DriverState:
         on_repair: Callable[[str, str, int], None] | None = None,
         observer: PipelineObserver | None = None,
         get_workers: int = 8,
+        inventory: Inventory | None = None,
     ) -> None:
         if len(driver) > 253 or not _DNS_SUBDOMAIN.fullmatch(driver):  # noqa: PLR2004
             raise PermanentError(
@@ -196,6 +331,10 @@ class DriverState:
             )
         self.driver = driver
         self.host = host
+        if inventory is None:
+            inventory = Inventory(host)
+            inventory.refresh()
+        self.inventory = inventory
         self.claims = claims
         ensure_dir(state_dir)
         self.dir = ensure_dir(state_dir / driver)
@@ -209,9 +348,12 @@ class DriverState:
         self._get_workers = get_workers
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._status = (
+            _StatusWriter(claims, driver) if isinstance(claims, DeviceStatusSink) else None
+        )
 
     def _workers(self) -> ThreadPoolExecutor:
-        """The GET worker pool, started on first use (claim GETs, networkData writes)."""
+        """The GET worker pool, started on first use (claim GETs of calls with several)."""
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
@@ -220,9 +362,11 @@ class DriverState:
             return self._pool
 
     def close(self) -> None:
-        """Stop the GET worker pool and release the checkpoint's directory handle."""
+        """Stop the GET pool and networkData writer; release the checkpoint's directory handle."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        if self._status is not None:
+            self._status.close()
         with self._lock:
             self.store.close()
 
@@ -250,7 +394,7 @@ class DriverState:
         if not missing:
             return out
         names: dict[str, list[DeviceKey]] = {}
-        for key in self.host.devices_of(self.driver):
+        for key in self.inventory.current.devices_of(self.driver):
             names.setdefault(self.cdi.device_name("", key.device).lstrip("-_"), []).append(key)
         for uid in missing:
             results: list[PreparedDeviceRef] = []
@@ -300,14 +444,15 @@ class DriverState:
                 self._observe("prepare", err, start)
             else:
                 valid.append(ref)
+        snap = self.inventory.current  # one discovery round for the whole call
         if len(valid) == 1:  # the common case: no hand-off to another thread
-            fetched = [self._fetch(valid[0])]
+            fetched = [self._fetch(valid[0], snap)]
         elif valid:
-            fetched = list(self._workers().map(self._fetch, valid))
+            fetched = list(self._workers().map(functools.partial(self._fetch, snap=snap), valid))
         else:
             return out
         with self._serialized():
-            done = self._prepare_locked(list(zip(valid, fetched, strict=True)))
+            done = self._prepare_locked(list(zip(valid, fetched, strict=True)), snap)
         for ref in valid:
             out[ref.uid] = done[ref.uid]
             self._observe("prepare", done[ref.uid].error, start)
@@ -323,12 +468,12 @@ class DriverState:
     def _where(ref: ClaimRef) -> str:
         return f"claim {ref.namespace}/{ref.name}"
 
-    def _fetch(self, ref: ClaimRef) -> _Planned | ClaimError:
+    def _fetch(self, ref: ClaimRef, snap: InventorySnapshot) -> _Planned | ClaimError:
         where = self._where(ref)
         try:
             obj = self.claims.get_resource_claim(ref.namespace, ref.name)
             crash_point("prepare-after-get")
-            return self._plan(ref, obj)
+            return self._plan(ref, obj, snap)
         except ClaimError as e:
             return e
         except RetryableError as e:
@@ -344,7 +489,7 @@ class DriverState:
         except Exception as e:  # noqa: BLE001 - a malformed claim fails alone, whatever broke
             return ClaimError(f"{where}: malformed claim: {_show(repr(e))}")
 
-    def _plan(self, ref: ClaimRef, obj: dict[str, Any]) -> _Planned:
+    def _plan(self, ref: ClaimRef, obj: dict[str, Any], snap: InventorySnapshot) -> _Planned:
         where = self._where(ref)
         uid = (obj.get("metadata") or {}).get("uid")
         if uid != ref.uid:
@@ -364,7 +509,7 @@ class DriverState:
             key = DeviceKey(
                 driver=self.driver, pool=str(r.get("pool", "")), device=str(r.get("device", ""))
             )
-            owner = self.host.owner_of(key)
+            owner = snap.owner_of(key)
             if owner is None:
                 raise ClaimError(
                     f"{where}: request {_show(request)!r}: status.allocation.devices.results[{i}] "
@@ -396,7 +541,13 @@ class DriverState:
             )
             devices.append(dev)
             owners.setdefault(owner, []).append(dev)
-        return _Planned(ref=ref, devices=devices, owners=owners)
+        seen = (obj.get("status") or {}).get("devices") or []
+        status = frozenset(
+            _entry_key(e)
+            for e in (seen if isinstance(seen, list) else [])
+            if isinstance(e, dict) and e.get("driver") == self.driver
+        )
+        return _Planned(ref=ref, devices=devices, owners=owners, status=status)
 
     def _configs(
         self, where: str, entries: list[dict[str, Any]]
@@ -448,7 +599,7 @@ class DriverState:
         return out
 
     def _prepare_locked(
-        self, fetched: Sequence[tuple[ClaimRef, _Planned | ClaimError]]
+        self, fetched: Sequence[tuple[ClaimRef, _Planned | ClaimError]], snap: InventorySnapshot
     ) -> dict[str, ClaimPrepareResult]:
         """Steps 4-7 for every claim of one call, under the driver's lock."""
         out: dict[str, ClaimPrepareResult] = {}
@@ -458,7 +609,7 @@ class DriverState:
                 out[ref.uid] = ClaimPrepareResult(error=str(p))
         try:
             cp = self.store.load()
-            todo = self._admit(cp, plans, out)
+            todo = self._admit(cp, plans, out, snap)
             if not todo:
                 return out
             self.store.save(cp)
@@ -479,8 +630,7 @@ class DriverState:
             crash_point("prepare-after-checkpoint")
             rec = cp.claims[plan.ref.uid]
             out[plan.ref.uid] = ClaimPrepareResult(devices=rec.results)
-            if any(p.network_data for devs in rec.prepared.values() for p in devs):
-                self._submit_network_data(plan, rec.prepared)
+            self._write_device_status(rec, plan.status)
             log.info(
                 "prepared claim %s (uid %s): %d devices",
                 self._where(plan.ref),
@@ -500,7 +650,11 @@ class DriverState:
         }
 
     def _admit(
-        self, cp: Checkpoint, plans: Sequence[_Planned], out: dict[str, ClaimPrepareResult]
+        self,
+        cp: Checkpoint,
+        plans: Sequence[_Planned],
+        out: dict[str, ClaimPrepareResult],
+        snap: InventorySnapshot,
     ) -> list[_Planned]:
         """Step 4 in memory: the claims that need work get ``PrepareStarted`` records."""
         holders = self._holders(cp)
@@ -515,6 +669,7 @@ class DriverState:
                 and self.cdi.exists(ref.uid)
             ):
                 out[ref.uid] = ClaimPrepareResult(devices=rec.results)  # idempotent repeat
+                self._write_device_status(rec, plan.status)  # e.g. lost in a crash
                 continue
             if rec is not None and rec.phase == ClaimPhase.UNPREPARE_STARTED:
                 err = self._unprepare_locked(cp, [ref]).get(ref.uid, "")
@@ -524,7 +679,7 @@ class DriverState:
                 for key in holders:  # its devices are free again
                     holders[key] = [h for h in holders[key] if h[0] != ref.uid]
                 rec = None
-            clash = self._clash(plan, holders)
+            clash = self._clash(plan, holders, snap)
             if clash:
                 out[ref.uid] = ClaimPrepareResult(error=f"{self._where(ref)}: {clash}")
                 continue
@@ -605,7 +760,10 @@ class DriverState:
         return out
 
     def _clash(
-        self, plan: _Planned, holders: dict[tuple[str, str], list[tuple[str, str, bool]]]
+        self,
+        plan: _Planned,
+        holders: dict[tuple[str, str], list[tuple[str, str, bool]]],
+        snap: InventorySnapshot,
     ) -> str:
         """The last line of defence against double use: a device another claim may hold."""
         me = plan.ref.uid
@@ -621,7 +779,7 @@ class DriverState:
             others = [h for h in holders.get((d.pool, d.device), []) if h[0] != me]
             if not others:
                 continue
-            dev = self.host.device(d.key)
+            dev = snap.device(d.key)
             shared = dev is not None and bool(dev.allow_multiple_allocations)
             _, who, recovered = others[0]
             if not shared:
@@ -642,54 +800,55 @@ class DriverState:
                 )
         return ""
 
-    def _submit_network_data(
-        self, plan: _Planned, prepared: Mapping[str, Sequence[PreparedDevice]]
-    ) -> None:
-        """Write the devices' ``networkData`` off the kubelet's call (two API round trips)."""
-        try:
-            self._workers().submit(self._write_network_data, plan, prepared)
-        except RuntimeError:  # the pool is shut down: the node is stopping
-            log.info("claim %s: stopping, networkData not written", plan.ref.uid)
-
-    def _write_network_data(
-        self, plan: _Planned, prepared: Mapping[str, Sequence[PreparedDevice]]
-    ) -> None:
-        """Best effort, in the GET pool: put the devices' ``networkData`` into ``status.devices``.
-
-        Only when a plugin returned some and the claim source can write status (the API
-        server's client has ``update_resource_claim_status``). Entries of other drivers are
-        kept; a conflict is retried once; a failure is logged, never the claim's error (the
-        devices are prepared).
-        """
-        ref = plan.ref
-        ours: list[dict[str, Any]] = []
-        for plugin, devs in plan.owners.items():
-            for d, p in zip(devs, self._ordered(list(prepared[plugin]), devs), strict=True):
+    @staticmethod
+    def _status_entries(driver: str, rec: ClaimRecord) -> list[dict[str, Any]]:
+        """``status.devices`` entries for the devices of ``rec`` that have networkData."""
+        shares = {(r.pool, r.device, tuple(r.requests)): r.share_id for r in rec.results}
+        out: list[dict[str, Any]] = []
+        for devs in rec.prepared.values():
+            for p in devs:
                 if p.network_data is None:
                     continue
-                entry: dict[str, Any] = {"driver": self.driver, "pool": d.pool, "device": d.device}
-                if d.share_id:
-                    entry["shareID"] = d.share_id
+                entry: dict[str, Any] = {"driver": driver, "pool": p.pool, "device": p.device}
+                share = shares.get((p.pool, p.device, (p.request,)))
+                if share:
+                    entry["shareID"] = share
                 entry["networkData"] = p.network_data.to_api()
-                ours.append(entry)
-        writer = getattr(self.claims, "update_resource_claim_status", None)
-        if not ours or writer is None:
-            return
-        where = self._where(ref)
-        for attempt in (1, 2):
-            try:
-                obj = self.claims.get_resource_claim(ref.namespace, ref.name)
-                if obj.get("metadata", {}).get("uid") != ref.uid:
-                    return
-                status = obj.setdefault("status", {})
-                keep = [e for e in status.get("devices") or [] if e.get("driver") != self.driver]
-                status["devices"] = keep + ours
-                writer(obj)
-                return
-            except DrakitError as e:
-                if attempt == 2 or not isinstance(e, ConflictError):  # noqa: PLR2004
-                    log.warning("%s: could not write status.devices networkData: %s", where, e)
-                    return
+                out.append(entry)
+        return out
+
+    def _write_device_status(self, rec: ClaimRecord, seen: frozenset[str] | None) -> bool:
+        """Queue the apply of ``rec``'s networkData unless the claim already shows exactly it.
+
+        ``seen``: this driver's entries in the claim as just read (``None``: unknown). Returns
+        whether a write was queued.
+        """
+        if self._status is None:
+            return False
+        entries = self._status_entries(self.driver, rec)
+        if not entries or (seen is not None and seen == {_entry_key(e) for e in entries}):
+            return False
+        self._status.submit(
+            _StatusJob(namespace=rec.namespace, name=rec.name, uid=rec.uid, devices=tuple(entries))
+        )
+        return True
+
+    def resume_device_status(self) -> int:
+        """Apply the networkData of every prepared claim in the checkpoint (at start-up).
+
+        A crash between a prepare's reply and its networkData write leaves the claim without
+        it; this writes it again (server-side apply of the same entries changes nothing when it
+        is there already). Returns how many claims were queued.
+        """
+        if self._status is None:
+            return 0
+        with self._serialized():
+            claims = list(self.store.load().claims.values())
+        return sum(
+            self._write_device_status(rec, None)
+            for rec in claims
+            if rec.phase == ClaimPhase.PREPARE_COMPLETED and rec.name and rec.namespace
+        )
 
     @staticmethod
     def _cdi_device(d: AllocatedDevice) -> str:
@@ -728,6 +887,9 @@ class DriverState:
                 valid.append(ref)
         if not valid:
             return out
+        if self._status is not None:
+            for ref in valid:
+                self._status.cancel(ref.uid)
         with self._serialized():
             try:
                 cp = self.store.load()
