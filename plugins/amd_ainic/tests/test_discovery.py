@@ -250,3 +250,42 @@ def test_the_mixed_modes_example_loads_and_publishes(roots: dict[str, Path]) -> 
     assert "ainic-7" not in devs, "left to the device plugin"
     assert devs["ainic-6"]["rail"] == 6
     assert {a["fabric"] for a in devs.values()} == {"cluster-a-rdma"}
+
+
+def test_rediscovery_reads_again_what_can_change_and_reuses_what_cannot(tmp_path: Path) -> None:
+    """A running plugin's next round: unchanged VFs are the same objects, changes show."""
+    root = build_profile("h200-8gpu-8ainic-sriov", tmp_path / "r")
+    host = PluginHost(
+        DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": str(tmp_path)}}),
+        NodeInfo(name="n1", sysfs_root=str(root)),
+    )
+
+    def round_() -> dict[str, Device]:
+        return {k.device: d for k, d in host.discover().devices.items()}
+
+    first = round_()
+    again = round_()
+    assert all(again[n] is first[n] for n in first), "unchanged devices are rebuilt"
+    a = attrs(first["ainic-0-vf-1"])
+    vf = real(root, str(a[PCI_BUS_ID]))
+    net = vf / "net" / str(a["ifName"])
+    (net / "mtu").write_text("4000\n")
+    (net / "address").write_text("02:00:00:00:00:99\n")
+    for q in ("rx-3", "tx-3"):
+        (net / "queues" / q).rmdir()
+    (ibdev,) = os.listdir(vf / "infiniband")
+    (vf / "infiniband" / ibdev / "fw_ver").write_text("9.9.9\n")  # same device: not re-read
+    changed = round_()
+    b = attrs(changed["ainic-0-vf-1"])
+    assert (b["mtu"], b["mac"]) == (4000, "02:00:00:00:00:99")
+    assert changed["ainic-0-vf-1"].capacity["queues"].value == "3"
+    assert b["firmwareVersion"] == a["firmwareVersion"]
+    assert changed["ainic-0-vf-2"] is first["ainic-0-vf-2"]
+    # the RDMA driver rebinds: a new device directory, so uverbs and firmware are read again
+    (vf / "infiniband" / ibdev).rename(tmp_path / "old-ib")
+    (vf / "infiniband" / ibdev).mkdir()
+    (vf / "infiniband" / ibdev / "fw_ver").write_text("9.9.9\n")
+    assert attrs(round_()["ainic-0-vf-1"])["firmwareVersion"] == "9.9.9"
+    # the driver unbinds the VF's netdev: no ifName any more
+    (vf / "net" / str(a["ifName"])).rename(tmp_path / "old-net")
+    assert "ifName" not in attrs(round_()["ainic-0-vf-1"])
