@@ -289,3 +289,53 @@ def test_rediscovery_reads_again_what_can_change_and_reuses_what_cannot(tmp_path
     # the driver unbinds the VF's netdev: no ifName any more
     (vf / "net" / str(a["ifName"])).rename(tmp_path / "old-net")
     assert "ifName" not in attrs(round_()["ainic-0-vf-1"])
+
+
+def test_rails_and_fabric_from_node_labels_under_the_file_and_maps(
+    roots: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topo = tmp_path / "topology.json"
+    topo.write_text(json.dumps({"enp24s0": {"rail": 7}, "enp64s0": {"rail": 7}}))
+    labels = {
+        "ainic.drakit.io/rail.enp24s0": "4",  # over the file
+        "ainic.drakit.io/rail.enp79s0": "5",
+        "ainic.drakit.io/rail.enp94s0": "5",  # under the static map
+        "ainic.drakit.io/rail.enp154s0": "two",  # bad: skipped, with a warning naming it
+        "ainic.drakit.io/fabric.enp79s0": "spine-b",
+        "ainic.drakit.io/fabric": "pod-a",
+        "other.example.com/rail.enp64s0": "9",  # another prefix: not ours
+    }
+    host = PluginHost(
+        DrakitSettings(
+            plugins={
+                "amd_ainic": {
+                    "state_dir": str(tmp_path / "s"),
+                    "topology_file": str(topo),
+                    "rails": {"enp94s0": 0},
+                }
+            }
+        ),
+        NodeInfo(name="n1", sysfs_root=str(roots["h200-8gpu-8ainic"]), labels=labels),
+    )
+    devs = {k.device: d for k, d in host.discover().devices.items()}
+    got = {
+        n: (attrs(d)["ifName"], attrs(d).get("rail"), attrs(d).get("fabric"))
+        for n, d in devs.items()
+    }
+    assert got["ainic-0"] == ("enp24s0", 4, "pod-a")
+    assert got["ainic-1"] == ("enp64s0", 7, "pod-a")
+    assert got["ainic-2"] == ("enp79s0", 5, "spine-b")
+    assert got["ainic-3"] == ("enp94s0", 0, "pod-a")
+    assert got["ainic-4"] == ("enp154s0", None, "pod-a")
+    assert "ainic.drakit.io/rail.enp154s0='two'" in caplog.text
+    # the next round sees the labels of that round: a relabelled NIC moves rail
+    host.node = host.node.model_copy(update={"labels": {"ainic.drakit.io/rail.enp24s0": "6"}})
+    again = {k.device: d for k, d in host.discover().devices.items()}
+    assert (attrs(again["ainic-0"])["rail"], attrs(again["ainic-0"]).get("fabric")) == (6, None)
+
+
+def test_node_labels_off_or_a_bad_prefix(discover: Discover) -> None:
+    with pytest.raises(ConfigInvalid) as e:
+        discover("h200-8gpu-8ainic", node_labels="Not A Prefix")
+    assert "plugins.amd_ainic.node_labels" in str(e.value)
+    assert "DNS subdomain" in str(e.value)

@@ -93,10 +93,51 @@ def modes(nics: list[Ainic], settings: AmdAinicSettings) -> dict[str, tuple[Mode
     return out
 
 
+def label_identity(
+    settings: AmdAinicSettings, labels: Mapping[str, str]
+) -> tuple[dict[str, int], dict[str, str], str | None]:
+    """Rails and fabrics per ifName, and the node's fabric, from the Node's labels.
+
+    ``<prefix>/rail.<ifName>=<rail>``, ``<prefix>/fabric.<ifName>=<fabric>`` and
+    ``<prefix>/fabric=<fabric>`` (the prefix is ``plugins.amd_ainic.node_labels``). A label with
+    a bad value is skipped with a warning naming it: one bad label does not stop discovery.
+    """
+    rails: dict[str, int] = {}
+    fabrics: dict[str, str] = {}
+    node_fabric: str | None = None
+    prefix = settings.node_labels
+    if prefix is None:
+        return rails, fabrics, node_fabric
+    for key, value in labels.items():
+        domain, slash, name = key.partition("/")
+        if not slash or domain != prefix:
+            continue
+        kind, dot, ifname = name.partition(".")
+        if kind == "rail" and dot and ifname:
+            if value.isdigit():
+                rails[ifname] = int(value)
+            else:
+                log.warning(
+                    "Node label %s=%r: a rail is a whole number >= 0; ignored until the "
+                    "fabric manager writes one",
+                    key,
+                    value,
+                )
+        elif kind == "fabric" and dot and ifname and value:
+            fabrics[ifname] = value
+        elif kind == "fabric" and not dot and value:
+            node_fabric = value
+    return rails, fabrics, node_fabric
+
+
 def fabric_identity(
-    settings: AmdAinicSettings, root: Path
-) -> tuple[dict[str, int], dict[str, str]]:
-    """Rail and fabric per PF BDF or ifName: the topology file, then the static maps."""
+    settings: AmdAinicSettings, root: Path, labels: Mapping[str, str] | None = None
+) -> tuple[dict[str, int], dict[str, str], str | None]:
+    """Rail and fabric per PF BDF or ifName, and the node's fabric.
+
+    Later wins: the topology file, the Node's labels (:func:`label_identity`), the static maps
+    ``rails`` and ``fabrics``. The node's fabric: ``fabric``, else the ``<prefix>/fabric`` label.
+    """
     rails: dict[str, int] = {}
     fabrics: dict[str, str] = {}
     if settings.topology_file:
@@ -125,9 +166,12 @@ def fabric_identity(
                     rails[key] = entry["rail"]
                 if isinstance(entry.get("fabric"), str):
                     fabrics[key] = entry["fabric"]
+    label_rails, label_fabrics, node_fabric = label_identity(settings, labels or {})
+    rails.update(label_rails)
+    fabrics.update(label_fabrics)
     rails.update(settings.rails)
     fabrics.update(settings.fabrics)
-    return rails, fabrics
+    return rails, fabrics, settings.fabric or node_fabric
 
 
 def pool_size(nic: Ainic, limit: int | None, settings: AmdAinicSettings) -> tuple[int, bool]:
@@ -231,22 +275,24 @@ def build_devices(
     settings: AmdAinicSettings,
     root: Path,
     cache: DiscoveryCache | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[list[Device], dict[str, Published]]:
     """The devices to publish and what each stands for (by device name).
 
-    ``cache`` carries what the last round read and built (:class:`DiscoveryCache`).
+    ``cache`` carries what the last round read and built (:class:`DiscoveryCache`); ``labels``
+    are the Node's (rails and fabrics a fabric manager wrote, :func:`label_identity`).
     """
     cache = cache if cache is not None else DiscoveryCache()
     live_vfs: set[str] = set()
     chosen = modes(nics, settings)
-    rails, fabrics = fabric_identity(settings, root)
+    rails, fabrics, node_fabric = fabric_identity(settings, root, labels)
     devices: list[Device] = []
     published: dict[str, Published] = {}
 
     def ident(nic: Ainic) -> tuple[int | None, str | None]:
         keys = (nic.pf.bdf, nic.pf.ifname or "")
         rail = next((rails[k] for k in keys if k in rails), None)
-        fabric = next((fabrics[k] for k in keys if k in fabrics), settings.fabric)
+        fabric = next((fabrics[k] for k in keys if k in fabrics), node_fabric)
         return rail, fabric
 
     for nic in nics:

@@ -73,7 +73,9 @@ class AmdAinicPlugin:
         if not nics:
             self._view = _View(published={})
             return None
-        devices, published = build_devices(nics, self.settings, Path(node.sysfs_root), self._cache)
+        devices, published = build_devices(
+            nics, self.settings, Path(node.sysfs_root), self._cache, node.labels
+        )
         self._view = _View(published=published)
         return DeviceInventory(devices=tuple(devices))
 
