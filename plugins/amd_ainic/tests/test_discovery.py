@@ -339,3 +339,22 @@ def test_node_labels_off_or_a_bad_prefix(discover: Discover) -> None:
         discover("h200-8gpu-8ainic", node_labels="Not A Prefix")
     assert "plugins.amd_ainic.node_labels" in str(e.value)
     assert "DNS subdomain" in str(e.value)
+
+
+def test_rediscovery_follows_the_virtfn_links(tmp_path: Path) -> None:
+    root = build_profile("h200-8gpu-8ainic-sriov", tmp_path / "r")
+    host = PluginHost(
+        DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": str(tmp_path)}}),
+        NodeInfo(name="n1", sysfs_root=str(root)),
+    )
+
+    def names() -> set[str]:
+        return {k.device for k in host.discover().devices if k.device.startswith("ainic-0-")}
+
+    assert names() == {f"ainic-0-vf-{i}" for i in range(4)}
+    pf = real(root, "0000:18:00.0")
+    target = os.readlink(pf / "virtfn3")
+    (pf / "virtfn3").unlink()  # the VF goes away
+    assert names() == {f"ainic-0-vf-{i}" for i in range(3)}
+    os.symlink(target, pf / "virtfn3")  # and comes back: a new link, read again
+    assert names() == {f"ainic-0-vf-{i}" for i in range(4)}

@@ -190,18 +190,38 @@ def read_function(sys_root: Path, fn: PciFunction, vf_index: int | None = None) 
     )
 
 
-def _vf_indices(pf_dir: Path) -> dict[int, str]:
-    """VF index -> VF BDF, from the PF's ``virtfn<i>`` links."""
-    out: dict[int, str] = {}
+def _vf_indices(pf_dir: Path, cache: SysfsCache | None = None) -> dict[int, str]:
+    """VF index -> VF BDF, from the PF's ``virtfn<i>`` links.
+
+    With ``cache``, the links are read only when their names or inodes changed since the last
+    round (a pool removed and created again has new links).
+    """
     d = str(pf_dir)
     try:
-        names = os.listdir(d)
+        with os.scandir(d) as it:
+            links = tuple(
+                sorted(
+                    (e.name, e.inode())
+                    for e in it
+                    if e.name.startswith("virtfn") and e.name[6:].isdigit()
+                )
+            )
     except OSError:
-        return out
-    for name in names:
-        if name.startswith("virtfn") and name[6:].isdigit():
+        return {}
+    if cache is not None:
+        hit = cache.virtfns.get(d)
+        if hit is not None and hit[0] == links:
+            return dict(hit[1])
+    out: dict[int, str] = {}
+    for name, _ in links:
+        try:
             out[int(name[6:])] = os.path.basename(os.readlink(f"{d}/{name}"))
-    return dict(sorted(out.items()))
+        except OSError:
+            continue  # removed while listed
+    out = dict(sorted(out.items()))
+    if cache is not None:
+        cache.virtfns[d] = (links, out)
+    return out
 
 
 def _small(path: str) -> bytes:
@@ -261,7 +281,7 @@ def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic
             Ainic(
                 index=len(out),
                 pf=nf,
-                vf_addresses=_vf_indices(nf.dir),
+                vf_addresses=_vf_indices(nf.dir, cache),
                 total_vfs=pf.sriov_totalvfs or 0,
                 model=_MODELS.get(sub or 0, "DSC Ethernet Controller"),
             )
@@ -312,7 +332,8 @@ class SysfsCache:
     directory: vendor, device, class, NUMA node, PCI chain, that it is this PF's VF; and, per
     RDMA device directory (``infiniband/<name>``, by inode: a rebound RDMA driver makes a new
     one), its uverbs node and firmware version.
-    Kept per ``bus/pci/devices`` link: whether it is an AINIC PF. Read every round: the bound
+    Kept per ``bus/pci/devices`` link: whether it is an AINIC PF; per PF, the targets of its
+    ``virtfn<i>`` links while their inodes are unchanged. Read every round: the bound
     driver, the netdev and RDMA device names, MAC, MTU, link speed and queue count. Not
     thread-safe: discovery rounds are serial.
     """
@@ -322,6 +343,8 @@ class SysfsCache:
         self._rdma: dict[tuple[str, int, str], _Rdma] = {}
         self.is_pf: dict[str, tuple[int, bool]] = {}
         """BDF -> (inode of its ``bus/pci/devices`` link, whether it is an AINIC PF)."""
+        self.virtfns: dict[str, tuple[tuple[tuple[str, int], ...], dict[int, str]]] = {}
+        """PF directory -> (its ``virtfn<i>`` links with their inodes, VF index -> BDF)."""
 
     def fixed(self, bdf: str, ino: int) -> _Fixed | None:
         """The facts read when this directory was first seen."""
