@@ -9,7 +9,9 @@ Order inside one prepare (every step may be cut by a kill):
 3. apply VF settings through the netlink seam, then return the CDI edits.
 
 A repeated prepare finds its choices in the ledger and repeats nothing else. Unprepare resets
-the claim's VFs, forgets them, and removes on-demand VFs once their PF holds no share.
+the claim's VFs, forgets them, and removes on-demand VFs once their PF holds no share. A claim
+of whole PFs only skips steps 1-2: neither its prepare nor its unprepare reads or writes the
+ledger (an unprepare with nothing on record, after a kill mid-prepare, still looks).
 """
 
 from __future__ import annotations
