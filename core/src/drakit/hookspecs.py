@@ -71,7 +71,8 @@ def drakit_discover_devices(node: NodeInfo) -> DeviceInventory | None:
     real nodes take the same code path.
 
     Args:
-        node: the node's name and the sysfs root to read.
+        node: the node's name, the sysfs root to read, and the Node's labels as read for this
+            round (``NodeInfo.labels``; empty without a cluster).
 
     Returns:
         A :class:`~drakit.models.DeviceInventory` with this plugin's devices and any counter

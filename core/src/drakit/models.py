@@ -332,10 +332,18 @@ class DeviceInventory(_Frozen):
 
 
 class NodeInfo(_Frozen):
-    """The node drakit runs on, as plugins see it."""
+    """The node drakit runs on, as plugins see it.
+
+    ``labels`` are the Node object's labels as the node process last read them (at each
+    discovery round, through :mod:`drakit.kube`); empty without a cluster. Hooks that take a
+    ``node`` argument get the current ones; ``PluginContext.node`` is the node at start-up.
+    """
 
     name: str
     sysfs_root: str = Field(description="Root under which sys/ and proc/ are read ('/' on a node)")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="The Node's labels (e.g. what a fabric manager wrote)"
+    )
 
 
 class AllocatedDevice(_Frozen):

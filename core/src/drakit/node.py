@@ -275,7 +275,22 @@ class Node:
             self.metrics.devices_published.labels(driver=driver).set(n)
         return inv
 
+    def _read_node_labels(self) -> None:
+        """Hand the backends the Node's labels (``NodeInfo.labels``); on an API error keep them."""
+        host = self._the_host()
+        if self.kube is None:
+            return
+        try:
+            node = self.kube.get_node(host.node.name)
+        except DrakitError as e:
+            log.warning("could not read the Node's labels, keeping the last ones: %s", e)
+            return
+        labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
+        if labels != host.node.labels:
+            host.node = host.node.model_copy(update={"labels": labels})
+
     def _desired(self) -> Sequence[PoolSpec]:
+        self._read_node_labels()
         try:
             inv = self.refresh()
         except DrakitError:

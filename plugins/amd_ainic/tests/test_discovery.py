@@ -247,3 +247,111 @@ def test_the_mixed_modes_example_loads_and_publishes(
     assert "ainic-7" not in devs, "left to the device plugin"
     assert devs["ainic-6"]["rail"] == 6
     assert {a["fabric"] for a in devs.values()} == {"cluster-a-rdma"}
+
+
+def test_rediscovery_reads_again_what_can_change_and_reuses_what_cannot(tmp_path: Path) -> None:
+    """A running plugin's next round: unchanged VFs are the same objects, changes show."""
+    root = build_profile("h200-8gpu-8ainic-sriov", tmp_path / "r")
+    host = PluginHost(
+        DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": str(tmp_path)}}),
+        NodeInfo(name="n1", sysfs_root=str(root)),
+    )
+
+    def round_() -> dict[str, Device]:
+        return {k.device: d for k, d in host.discover().devices.items()}
+
+    first = round_()
+    again = round_()
+    assert all(again[n] is first[n] for n in first), "unchanged devices are rebuilt"
+    a = attrs(first["ainic-0-vf-1"])
+    vf = real(root, str(a[PCI_BUS_ID]))
+    net = vf / "net" / str(a["ifName"])
+    (net / "mtu").write_text("4000\n")
+    (net / "address").write_text("02:00:00:00:00:99\n")
+    for q in ("rx-3", "tx-3"):
+        (net / "queues" / q).rmdir()
+    (ibdev,) = os.listdir(vf / "infiniband")
+    (vf / "infiniband" / ibdev / "fw_ver").write_text("9.9.9\n")  # same device: not re-read
+    changed = round_()
+    b = attrs(changed["ainic-0-vf-1"])
+    assert (b["mtu"], b["mac"]) == (4000, "02:00:00:00:00:99")
+    assert changed["ainic-0-vf-1"].capacity["queues"].value == "3"
+    assert b["firmwareVersion"] == a["firmwareVersion"]
+    assert changed["ainic-0-vf-2"] is first["ainic-0-vf-2"]
+    # the RDMA driver rebinds: a new device directory, so uverbs and firmware are read again
+    (vf / "infiniband" / ibdev).rename(tmp_path / "old-ib")
+    (vf / "infiniband" / ibdev).mkdir()
+    (vf / "infiniband" / ibdev / "fw_ver").write_text("9.9.9\n")
+    assert attrs(round_()["ainic-0-vf-1"])["firmwareVersion"] == "9.9.9"
+    # the driver unbinds the VF's netdev: no ifName any more
+    (vf / "net" / str(a["ifName"])).rename(tmp_path / "old-net")
+    assert "ifName" not in attrs(round_()["ainic-0-vf-1"])
+
+
+def test_rails_and_fabric_from_node_labels_under_the_file_and_maps(
+    roots: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topo = tmp_path / "topology.json"
+    topo.write_text(json.dumps({"enp24s0": {"rail": 7}, "enp64s0": {"rail": 7}}))
+    labels = {
+        "ainic.drakit.io/rail.enp24s0": "4",  # over the file
+        "ainic.drakit.io/rail.enp79s0": "5",
+        "ainic.drakit.io/rail.enp94s0": "5",  # under the static map
+        "ainic.drakit.io/rail.enp154s0": "two",  # bad: skipped, with a warning naming it
+        "ainic.drakit.io/fabric.enp79s0": "spine-b",
+        "ainic.drakit.io/fabric": "pod-a",
+        "other.example.com/rail.enp64s0": "9",  # another prefix: not ours
+    }
+    host = PluginHost(
+        DrakitSettings(
+            plugins={
+                "amd_ainic": {
+                    "state_dir": str(tmp_path / "s"),
+                    "topology_file": str(topo),
+                    "rails": {"enp94s0": 0},
+                }
+            }
+        ),
+        NodeInfo(name="n1", sysfs_root=str(roots["h200-8gpu-8ainic"]), labels=labels),
+    )
+    devs = {k.device: d for k, d in host.discover().devices.items()}
+    got = {
+        n: (attrs(d)["ifName"], attrs(d).get("rail"), attrs(d).get("fabric"))
+        for n, d in devs.items()
+    }
+    assert got["ainic-0"] == ("enp24s0", 4, "pod-a")
+    assert got["ainic-1"] == ("enp64s0", 7, "pod-a")
+    assert got["ainic-2"] == ("enp79s0", 5, "spine-b")
+    assert got["ainic-3"] == ("enp94s0", 0, "pod-a")
+    assert got["ainic-4"] == ("enp154s0", None, "pod-a")
+    assert "ainic.drakit.io/rail.enp154s0='two'" in caplog.text
+    # the next round sees the labels of that round: a relabelled NIC moves rail
+    host.node = host.node.model_copy(update={"labels": {"ainic.drakit.io/rail.enp24s0": "6"}})
+    again = {k.device: d for k, d in host.discover().devices.items()}
+    assert (attrs(again["ainic-0"])["rail"], attrs(again["ainic-0"]).get("fabric")) == (6, None)
+
+
+def test_node_labels_off_or_a_bad_prefix(discover: Discover) -> None:
+    with pytest.raises(ConfigInvalid) as e:
+        discover("h200-8gpu-8ainic", node_labels="Not A Prefix")
+    assert "plugins.amd_ainic.node_labels" in str(e.value)
+    assert "DNS subdomain" in str(e.value)
+
+
+def test_rediscovery_follows_the_virtfn_links(tmp_path: Path) -> None:
+    root = build_profile("h200-8gpu-8ainic-sriov", tmp_path / "r")
+    host = PluginHost(
+        DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": str(tmp_path)}}),
+        NodeInfo(name="n1", sysfs_root=str(root)),
+    )
+
+    def names() -> set[str]:
+        return {k.device for k in host.discover().devices if k.device.startswith("ainic-0-")}
+
+    assert names() == {f"ainic-0-vf-{i}" for i in range(4)}
+    pf = real(root, "0000:18:00.0")
+    target = os.readlink(pf / "virtfn3")
+    (pf / "virtfn3").unlink()  # the VF goes away
+    assert names() == {f"ainic-0-vf-{i}" for i in range(3)}
+    os.symlink(target, pf / "virtfn3")  # and comes back: a new link, read again
+    assert names() == {f"ainic-0-vf-{i}" for i in range(4)}

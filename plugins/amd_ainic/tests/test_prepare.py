@@ -223,3 +223,39 @@ def test_least_loaded_prefers_fewest_shares_then_lowest_index() -> None:
         options={"loads": {1: 2, 2: 1, 3: 1}},
     )
     assert least_loaded(req).units == frozenset({2})
+
+
+def test_whole_pf_claims_never_read_or_write_the_vf_ledger() -> None:
+    with ainic_node("h200-8gpu-8ainic-sriov") as node:
+        ledger = node.plugin.preparer.ledger
+        ledger.path.parent.mkdir(parents=True, exist_ok=True)
+        ledger.path.write_text("not json")  # any read of it would fail the claim
+        ref = node.add("pf", [("nic", "ainic-0", None)])
+        assert not node.prepare(ref)[ref.uid].error
+        assert not node.unprepare(ref)[ref.uid].error
+        assert ledger.path.read_text() == "not json"
+
+
+def test_the_ledger_is_read_once_and_a_failed_write_is_not_kept_in_memory() -> None:
+    with ainic_node("h200-8gpu-8ainic-sriov", default_mode="shared") as node:
+        ledger = node.plugin.preparer.ledger
+        a = node.add("a", [("nic", "ainic-0", SHARE)])
+        assert not node.prepare(a)[a.uid].error
+        on_disk = ledger.path.read_text()
+        ledger.path.write_text('{"assignments": [], "on_demand": {}}')  # not read again
+        b = node.add("b", [("nic", "ainic-0", SHARE)])
+        assert not node.prepare(b)[b.uid].error
+        held = {x.claim for x in Ledger(ledger.dir).load().assignments}
+        assert held == {a.uid, b.uid}, on_disk
+        # a write that fails (a directory where the temp file goes) fails the claim, leaves
+        # the file as it was, and is not kept: the next prepare reads the file again
+        tmp = ledger.dir / ".vf-ledger.json.tmp"
+        tmp.mkdir()
+        c = node.add("c", [("nic", "ainic-0", SHARE)])
+        assert "cannot write the VF ledger" in node.prepare(c)[c.uid].error
+        tmp.rmdir()
+        assert {x.claim for x in Ledger(ledger.dir).load().assignments} == {a.uid, b.uid}
+        assert {x.claim for x in ledger.load().assignments} == {a.uid, b.uid}
+        res = node.unprepare(a, b, c)
+        assert not any(r.error for r in res.values()), res
+        assert Ledger(ledger.dir).load().assignments == []

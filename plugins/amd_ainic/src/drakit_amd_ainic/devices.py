@@ -11,9 +11,10 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,14 @@ from typing import Any
 from drakit.errors import ConfigInvalid
 from drakit.models import Device, DeviceAttribute, DeviceCapacity, RequestPolicy, ValidRange
 from drakit.sysfs import standard_pci_attributes
-from drakit_amd_ainic.discovery import Ainic, NicFunction, read_vfs
+from drakit_amd_ainic.discovery import Ainic, NicFunction, SysfsCache, read_vfs
 from drakit_amd_ainic.settings import AmdAinicSettings, Mode
 
 __all__ = [
     "BANDWIDTH",
     "QUEUES",
     "VFS",
+    "DiscoveryCache",
     "Published",
     "build_devices",
     "modes",
@@ -91,10 +93,51 @@ def modes(nics: list[Ainic], settings: AmdAinicSettings) -> dict[str, tuple[Mode
     return out
 
 
+def label_identity(
+    settings: AmdAinicSettings, labels: Mapping[str, str]
+) -> tuple[dict[str, int], dict[str, str], str | None]:
+    """Rails and fabrics per ifName, and the node's fabric, from the Node's labels.
+
+    ``<prefix>/rail.<ifName>=<rail>``, ``<prefix>/fabric.<ifName>=<fabric>`` and
+    ``<prefix>/fabric=<fabric>`` (the prefix is ``plugins.amd_ainic.node_labels``). A label with
+    a bad value is skipped with a warning naming it: one bad label does not stop discovery.
+    """
+    rails: dict[str, int] = {}
+    fabrics: dict[str, str] = {}
+    node_fabric: str | None = None
+    prefix = settings.node_labels
+    if prefix is None:
+        return rails, fabrics, node_fabric
+    for key, value in labels.items():
+        domain, slash, name = key.partition("/")
+        if not slash or domain != prefix:
+            continue
+        kind, dot, ifname = name.partition(".")
+        if kind == "rail" and dot and ifname:
+            if value.isdigit():
+                rails[ifname] = int(value)
+            else:
+                log.warning(
+                    "Node label %s=%r: a rail is a whole number >= 0; ignored until the "
+                    "fabric manager writes one",
+                    key,
+                    value,
+                )
+        elif kind == "fabric" and dot and ifname and value:
+            fabrics[ifname] = value
+        elif kind == "fabric" and not dot and value:
+            node_fabric = value
+    return rails, fabrics, node_fabric
+
+
 def fabric_identity(
-    settings: AmdAinicSettings, root: Path
-) -> tuple[dict[str, int], dict[str, str]]:
-    """Rail and fabric per PF BDF or ifName: the topology file, then the static maps."""
+    settings: AmdAinicSettings, root: Path, labels: Mapping[str, str] | None = None
+) -> tuple[dict[str, int], dict[str, str], str | None]:
+    """Rail and fabric per PF BDF or ifName, and the node's fabric.
+
+    Later wins: the topology file, the Node's labels (:func:`label_identity`), the static maps
+    ``rails`` and ``fabrics``. The node's fabric: ``fabric``, else the ``<prefix>/fabric`` label.
+    """
     rails: dict[str, int] = {}
     fabrics: dict[str, str] = {}
     if settings.topology_file:
@@ -123,9 +166,12 @@ def fabric_identity(
                     rails[key] = entry["rail"]
                 if isinstance(entry.get("fabric"), str):
                     fabrics[key] = entry["fabric"]
+    label_rails, label_fabrics, node_fabric = label_identity(settings, labels or {})
+    rails.update(label_rails)
+    fabrics.update(label_fabrics)
     rails.update(settings.rails)
     fabrics.update(settings.fabrics)
-    return rails, fabrics
+    return rails, fabrics, settings.fabric or node_fabric
 
 
 def pool_size(nic: Ainic, limit: int | None, settings: AmdAinicSettings) -> tuple[int, bool]:
@@ -137,9 +183,45 @@ def pool_size(nic: Ainic, limit: int | None, settings: AmdAinicSettings) -> tupl
     return size, size > 0
 
 
+class DiscoveryCache:
+    """What one discovery round may reuse from the last: VF facts and unchanged devices.
+
+    A device is rebuilt only when something it is made of (its attribute values, capacities)
+    changed; otherwise the last round's :class:`Device` is published again. Rounds are serial.
+    """
+
+    def __init__(self) -> None:
+        self.sysfs = SysfsCache()
+        self._devices: dict[str, tuple[tuple[Any, ...], Device]] = {}
+        self._seen: set[str] = set()
+
+    def device(self, name: str, key: tuple[Any, ...], build: Callable[[], Device]) -> Device:
+        """The last round's device ``name`` if it was made of ``key``; else ``build()``."""
+        self._seen.add(name)
+        hit = self._devices.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        dev = build()
+        self._devices[name] = (key, dev)
+        return dev
+
+    def end_round(self, live_vfs: set[str]) -> None:
+        """Forget devices and VFs this round did not see."""
+        for name in [n for n in self._devices if n not in self._seen]:
+            del self._devices[name]
+        self._seen = set()
+        self.sysfs.prune(live_vfs)
+
+
+@functools.lru_cache(maxsize=8192, typed=True)  # typed: True and 1 are different attributes
+def _attribute(value: int | str | bool) -> DeviceAttribute:
+    """Attribute values repeat across a node's functions (model, driver, root, rail...)."""
+    return DeviceAttribute.model_validate(value)
+
+
 def _attributes(
     nic: Ainic, fn: NicFunction, kind: str, rail: int | None, fabric: str | None
-) -> dict[str, DeviceAttribute]:
+) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "type": kind,
         "model": nic.model,
@@ -173,7 +255,11 @@ def _attributes(
         attrs["rail"] = rail
     if fabric is not None:
         attrs["fabric"] = fabric
-    return {k: DeviceAttribute.model_validate(v) for k, v in attrs.items()}
+    return attrs
+
+
+def _typed(attrs: Mapping[str, Any]) -> dict[str, DeviceAttribute]:
+    return {k: _attribute(v) for k, v in attrs.items()}
 
 
 def _policy(default: int, lo: int, hi: int, step: int) -> RequestPolicy:
@@ -185,18 +271,28 @@ def _policy(default: int, lo: int, hi: int, step: int) -> RequestPolicy:
 
 
 def build_devices(
-    nics: list[Ainic], settings: AmdAinicSettings, root: Path
+    nics: list[Ainic],
+    settings: AmdAinicSettings,
+    root: Path,
+    cache: DiscoveryCache | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[list[Device], dict[str, Published]]:
-    """The devices to publish and what each stands for (by device name)."""
+    """The devices to publish and what each stands for (by device name).
+
+    ``cache`` carries what the last round read and built (:class:`DiscoveryCache`); ``labels``
+    are the Node's (rails and fabrics a fabric manager wrote, :func:`label_identity`).
+    """
+    cache = cache if cache is not None else DiscoveryCache()
+    live_vfs: set[str] = set()
     chosen = modes(nics, settings)
-    rails, fabrics = fabric_identity(settings, root)
+    rails, fabrics, node_fabric = fabric_identity(settings, root, labels)
     devices: list[Device] = []
     published: dict[str, Published] = {}
 
     def ident(nic: Ainic) -> tuple[int | None, str | None]:
         keys = (nic.pf.bdf, nic.pf.ifname or "")
         rail = next((rails[k] for k in keys if k in rails), None)
-        fabric = next((fabrics[k] for k in keys if k in fabrics), settings.fabric)
+        fabric = next((fabrics[k] for k in keys if k in fabrics), node_fabric)
         return rail, fabric
 
     for nic in nics:
@@ -205,7 +301,8 @@ def build_devices(
         if mode == "none":
             continue
         if mode == "vf":
-            vfs = read_vfs(root, nic)
+            vfs = read_vfs(root, nic, cache=cache.sysfs)
+            live_vfs.update(vf.bdf for vf in vfs)
             if not vfs:
                 log.warning(
                     "%s (%s) is in vf mode but has no VFs (sriov_numvfs is 0); nothing published",
@@ -215,22 +312,13 @@ def build_devices(
             for vf in vfs:
                 name = f"{nic.name}-vf-{vf.vf_index}"
                 devices.append(
-                    Device(
-                        name=name,
-                        attributes=_attributes(nic, vf, "vf", rail, fabric),
-                        capacity=_plain_capacity(vf),
-                    )
+                    _plain_device(cache, name, _attributes(nic, vf, "vf", rail, fabric), vf)
                 )
                 published[name] = Published(nic=nic, mode="vf", function=vf)
             continue
         if mode == "pf":
-            devices.append(
-                Device(
-                    name=nic.name,
-                    attributes=_attributes(nic, nic.pf, "pf", rail, fabric),
-                    capacity=_plain_capacity(nic.pf),
-                )
-            )
+            attrs = _attributes(nic, nic.pf, "pf", rail, fabric)
+            devices.append(_plain_device(cache, nic.name, attrs, nic.pf))
             published[nic.name] = Published(nic=nic, mode="pf", function=nic.pf)
             continue
         size, on_demand = pool_size(nic, limit, settings)
@@ -264,7 +352,7 @@ def build_devices(
         devices.append(
             Device(
                 name=nic.name,
-                attributes=_attributes(nic, nic.pf, "shared", rail, fabric),
+                attributes=_typed(_attributes(nic, nic.pf, "shared", rail, fabric)),
                 capacity=capacity,
                 allow_multiple_allocations=True,
             )
@@ -272,7 +360,20 @@ def build_devices(
         published[nic.name] = Published(
             nic=nic, mode="shared", function=nic.pf, vf_limit=size, on_demand=on_demand
         )
+    cache.end_round(live_vfs)
     return devices, published
+
+
+def _plain_device(
+    cache: DiscoveryCache, name: str, attrs: dict[str, Any], fn: NicFunction
+) -> Device:
+    """An exclusive device (a PF or a VF): its attributes and plain capacities."""
+    key = (*attrs.items(), fn.queues, fn.speed_mbps)
+    return cache.device(
+        name,
+        key,
+        lambda: Device(name=name, attributes=_typed(attrs), capacity=_plain_capacity(fn)),
+    )
 
 
 def _plain_capacity(fn: NicFunction) -> dict[str, DeviceCapacity]:

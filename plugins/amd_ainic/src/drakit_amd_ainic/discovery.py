@@ -21,6 +21,7 @@ __all__ = [
     "PENSANDO_VENDOR",
     "Ainic",
     "NicFunction",
+    "SysfsCache",
     "live_vf_addresses",
     "read_ainics",
     "read_function",
@@ -88,7 +89,6 @@ class NicFunction:
         uverbs: the uverbs char device name (``uverbs3``) of that RDMA device.
         fw_version: the RDMA device's ``fw_ver``.
         vf_index: the VF's index on its PF (``virtfn<i>``), ``None`` for a PF.
-        link: state read at discovery.
     """
 
     pci: PciFunction
@@ -102,7 +102,6 @@ class NicFunction:
     uverbs: str | None
     fw_version: str | None
     vf_index: int | None
-    link: LinkState
 
     @property
     def bdf(self) -> str:
@@ -188,22 +187,41 @@ def read_function(sys_root: Path, fn: PciFunction, vf_index: int | None = None) 
         uverbs=uverbs,
         fw_version=fw or None,
         vf_index=vf_index,
-        link=read_link(sys_root, ifname, rdma),
     )
 
 
-def _vf_indices(pf_dir: Path) -> dict[int, str]:
-    """VF index -> VF BDF, from the PF's ``virtfn<i>`` links."""
-    out: dict[int, str] = {}
+def _vf_indices(pf_dir: Path, cache: SysfsCache | None = None) -> dict[int, str]:
+    """VF index -> VF BDF, from the PF's ``virtfn<i>`` links.
+
+    With ``cache``, the links are read only when their names or inodes changed since the last
+    round (a pool removed and created again has new links).
+    """
     d = str(pf_dir)
     try:
-        names = os.listdir(d)
+        with os.scandir(d) as it:
+            links = tuple(
+                sorted(
+                    (e.name, e.inode())
+                    for e in it
+                    if e.name.startswith("virtfn") and e.name[6:].isdigit()
+                )
+            )
     except OSError:
-        return out
-    for name in names:
-        if name.startswith("virtfn") and name[6:].isdigit():
+        return {}
+    if cache is not None:
+        hit = cache.virtfns.get(d)
+        if hit is not None and hit[0] == links:
+            return dict(hit[1])
+    out: dict[int, str] = {}
+    for name, _ in links:
+        try:
             out[int(name[6:])] = os.path.basename(os.readlink(f"{d}/{name}"))
-    return dict(sorted(out.items()))
+        except OSError:
+            continue  # removed while listed
+    out = dict(sorted(out.items()))
+    if cache is not None:
+        cache.virtfns[d] = (links, out)
+    return out
 
 
 def _small(path: str) -> bytes:
@@ -229,21 +247,30 @@ def _is_pf(bus: str, bdf: str) -> bool:
     return _small(d + "device") == _PF_DEVICE and _small(d + "vendor") == _PF_VENDOR
 
 
-def read_ainics(root: str | Path) -> list[Ainic]:
+def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic]:
     """Every AINIC PF under ``<root>/sys``, in PCI order, with the addresses of its VFs.
 
     VF details are read on demand (:func:`read_vfs`): a PF whose VFs are a pool (``shared``) or
-    not published needs only their count, and a node may have thousands.
+    not published needs only their count, and a node may have thousands. With ``cache``, a
+    function already seen (same link inode) is not read again to learn whether it is a PF.
     """
     sys_root = Path(root) / "sys"
     bus = sys_root / "bus" / "pci" / "devices"
     try:
-        entries = sorted(os.listdir(bus))
+        with os.scandir(bus) as it:
+            entries = sorted((e.name, e.inode()) for e in it)
     except OSError:
         return []
+    known = cache.is_pf if cache is not None else {}
+    seen: dict[str, tuple[int, bool]] = {}
     out: list[Ainic] = []
-    for bdf in entries:
-        if not _BDF.match(bdf) or not _is_pf(str(bus), bdf):
+    for bdf, ino in entries:
+        if not _BDF.match(bdf):
+            continue
+        hit = known.get(bdf)
+        is_pf = hit[1] if hit is not None and hit[0] == ino else _is_pf(str(bus), bdf)
+        seen[bdf] = (ino, is_pf)
+        if not is_pf:
             continue
         pf = read_pci_function(root, bdf)
         if pf is None or pf.physfn is not None:
@@ -254,11 +281,13 @@ def read_ainics(root: str | Path) -> list[Ainic]:
             Ainic(
                 index=len(out),
                 pf=nf,
-                vf_addresses=_vf_indices(nf.dir),
+                vf_addresses=_vf_indices(nf.dir, cache),
                 total_vfs=pf.sriov_totalvfs or 0,
                 model=_MODELS.get(sub or 0, "DSC Ethernet Controller"),
             )
         )
+    if cache is not None:
+        cache.is_pf = seen
     return out
 
 
@@ -275,13 +304,208 @@ def read_vf(root: str | Path, nic: Ainic, index: int, bdf: str) -> NicFunction |
     return read_function(Path(root) / "sys", fn, index)
 
 
-def read_vfs(root: str | Path, nic: Ainic, *, live: bool = False) -> tuple[NicFunction, ...]:
-    """The VFs of one PF; with ``live``, as they are now (after ``sriov_numvfs`` changed)."""
-    sys_root = Path(root) / "sys"
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    """What a VF's sysfs directory fixes for its life: its PCI identity and place."""
+
+    vendor: int
+    device: int
+    class_code: int
+    numa_node: int | None
+    chain: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rdma:
+    """An RDMA device of one VF directory and what rediscovery need not read again."""
+
+    ino: int
+    uverbs: str | None
+    fw_version: str | None
+
+
+class SysfsCache:
+    """Facts that do not change while a sysfs entry lives, kept across discovery rounds.
+
+    Keyed by BDF and an inode (``d_ino`` from one ``scandir`` per directory, no ``stat``): a
+    function removed and created again is a new entry and is read afresh. Kept per VF
+    directory: vendor, device, class, NUMA node, PCI chain, that it is this PF's VF; and, per
+    RDMA device directory (``infiniband/<name>``, by inode: a rebound RDMA driver makes a new
+    one), its uverbs node and firmware version.
+    Kept per ``bus/pci/devices`` link: whether it is an AINIC PF; per PF, the targets of its
+    ``virtfn<i>`` links while their inodes are unchanged. Read every round: the bound
+    driver, the netdev and RDMA device names, MAC, MTU, link speed and queue count. Not
+    thread-safe: discovery rounds are serial.
+    """
+
+    def __init__(self) -> None:
+        self._fixed: dict[str, tuple[int, _Fixed]] = {}
+        self._rdma: dict[tuple[str, int, str], _Rdma] = {}
+        self.is_pf: dict[str, tuple[int, bool]] = {}
+        """BDF -> (inode of its ``bus/pci/devices`` link, whether it is an AINIC PF)."""
+        self.virtfns: dict[str, tuple[tuple[tuple[str, int], ...], dict[int, str]]] = {}
+        """PF directory -> (its ``virtfn<i>`` links with their inodes, VF index -> BDF)."""
+
+    def fixed(self, bdf: str, ino: int) -> _Fixed | None:
+        """The facts read when this directory was first seen."""
+        hit = self._fixed.get(bdf)
+        return hit[1] if hit is not None and hit[0] == ino else None
+
+    def keep(self, bdf: str, ino: int, fixed: _Fixed) -> None:
+        """Remember ``fixed`` for the directory with inode ``ino``."""
+        self._fixed[bdf] = (ino, fixed)
+
+    def rdma(self, bdf: str, ino: int, name: str, dev_ino: int) -> _Rdma | None:
+        """What was read about RDMA device ``name`` while its directory had inode ``dev_ino``."""
+        hit = self._rdma.get((bdf, ino, name))
+        return hit if hit is not None and hit.ino == dev_ino else None
+
+    def keep_rdma(self, bdf: str, ino: int, name: str, rdma: _Rdma) -> None:
+        """Remember ``rdma``."""
+        self._rdma[(bdf, ino, name)] = rdma
+
+    def prune(self, live: set[str]) -> None:
+        """Forget VFs that are gone or were not read this round (their BDF not in ``live``)."""
+        for bdf in [b for b in self._fixed if b not in live]:
+            del self._fixed[bdf]
+        for key in [k for k in self._rdma if k[0] not in live]:
+            del self._rdma[key]
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _inodes(path: str) -> dict[str, int]:
+    try:
+        with os.scandir(path) as it:
+            return {e.name: e.inode() for e in it}
+    except OSError:
+        return {}
+
+
+def _text(path: str) -> str | None:
+    raw = _small(path)
+    return raw.decode("ascii", "replace") if raw else None
+
+
+def _num(path: str, base: int = 10) -> int | None:
+    raw = _small(path)
+    try:
+        return int(raw, base) if raw else None
+    except ValueError:
+        return None
+
+
+def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> NicFunction | None:
+    """One VF whose directory ``d`` is a sibling of its PF's (where the kernel puts VFs).
+
+    ``None`` when it is not this PF's VF (its ``physfn`` names another) or not a PCI device.
+    """
+    bdf = os.path.basename(d)
+    fixed = cache.fixed(bdf, ino)
+    if fixed is None:
+        try:
+            if os.readlink(f"{d}/physfn") != f"../{nic.pf.bdf}":
+                return None
+        except OSError:
+            return None
+        vendor, device = _num(f"{d}/vendor", 16), _num(f"{d}/device", 16)
+        klass = _num(f"{d}/class", 16)
+        if vendor is None or device is None or klass is None:
+            return None
+        numa = _num(f"{d}/numa_node")
+        fixed = _Fixed(
+            vendor=vendor,
+            device=device,
+            class_code=klass,
+            numa_node=numa if numa is not None and numa >= 0 else None,
+            chain=(*nic.pf.pci.chain[:-1], bdf),
+        )
+        cache.keep(bdf, ino, fixed)
+    try:
+        driver: str | None = os.path.basename(os.readlink(f"{d}/driver"))
+    except OSError:
+        driver = None
+    netdevs = tuple(sorted(_listdir(f"{d}/net")))
+    ib = _inodes(f"{d}/infiniband")
+    rdmas = tuple(sorted(ib))
+    pci = PciFunction(
+        bdf=bdf,
+        vendor=fixed.vendor,
+        device=fixed.device,
+        class_code=fixed.class_code,
+        numa_node=fixed.numa_node,
+        chain=fixed.chain,
+        driver=driver,
+        physfn=nic.pf.bdf,
+        netdevs=netdevs,
+        rdma_devices=rdmas,
+    )
+    ifname = netdevs[0] if netdevs else None
+    mac = mtu = speed = None
+    queues = 0
+    if ifname:
+        net = f"{d}/net/{ifname}"
+        mac = _text(f"{net}/address")
+        mtu = _num(f"{net}/mtu")
+        s = _num(f"{net}/speed")
+        speed = s if s is not None and s > 0 else None
+        queues = sum(1 for q in _listdir(f"{net}/queues") if q.startswith("rx-"))
+    rdma = rdmas[0] if rdmas else None
+    uverbs = fw = None
+    if rdma:
+        known = cache.rdma(bdf, ino, rdma, ib[rdma])
+        if known is None:
+            verbs = sorted(_listdir(f"{d}/infiniband_verbs"))
+            found = next(
+                (u for u in verbs if _text(f"{d}/infiniband_verbs/{u}/ibdev") == rdma), None
+            )
+            known = _Rdma(ib[rdma], found, _text(f"{d}/infiniband/{rdma}/fw_ver"))
+            cache.keep_rdma(bdf, ino, rdma, known)
+        uverbs, fw = known.uverbs, known.fw_version
+    return NicFunction(
+        pci=pci,
+        dir=nic.pf.dir.with_name(bdf),
+        ifname=ifname,
+        mac=mac,
+        mtu=mtu,
+        speed_mbps=speed,
+        queues=queues,
+        rdma_device=rdma,
+        uverbs=uverbs,
+        fw_version=fw,
+        vf_index=index,
+    )
+
+
+def read_vfs(
+    root: str | Path, nic: Ainic, *, live: bool = False, cache: SysfsCache | None = None
+) -> tuple[NicFunction, ...]:
+    """The VFs of one PF; with ``live``, as they are now (after ``sriov_numvfs`` changed).
+
+    VFs are read straight from their directories beside the PF's (one ``scandir`` of that
+    parent for their inodes, no path resolution); with ``cache``, what cannot change while a
+    directory lives is read once (:class:`SysfsCache`). A VF anywhere else is read the long way.
+    """
     addresses = _vf_indices(nic.pf.dir) if live else nic.vf_addresses
+    cache = cache if cache is not None else SysfsCache()
+    parent = os.path.dirname(nic.pf.dir)
+    wanted = set(addresses.values())
+    try:
+        with os.scandir(parent) as it:
+            inodes = {e.name: e.inode() for e in it if e.name in wanted}
+    except OSError:
+        inodes = {}
     out = []
     for i, bdf in addresses.items():
-        fn = read_pci_function(root, bdf)
-        if fn is not None and fn.physfn == nic.pf.bdf:
-            out.append(read_function(sys_root, fn, i))
+        ino = inodes.get(bdf)
+        fn = _fast_vf(nic, i, f"{parent}/{bdf}", ino, cache) if ino is not None else None
+        if fn is None:
+            fn = read_vf(root, nic, i, bdf)
+        if fn is not None:
+            out.append(fn)
     return tuple(out)

@@ -4,13 +4,18 @@ The checkpoint records what a prepare *returned*; a kill between the backend's s
 and that record would lose them. So the backend writes its intent here first (atomically:
 temp file, fsync, rename; mode 0600 in a 0700 directory) and repairs from it: a VF whose claim
 the checkpoint no longer holds is reset, and on-demand VFs of an idle PF are removed.
+
+The file is read once, on first use, and kept in memory after: the node process is its only
+writer, so the copy in memory is what the file holds. A failed write, or a prepare that fails
+part-way (its changes in memory not yet written), drops the copy (:meth:`Ledger.forget`) so the
+next use reads the file again: the file, never an unsaved change, is the truth.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -56,9 +61,21 @@ class Ledger:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         self.path = directory / FILE
+        self._tmp = directory / f".{FILE}.tmp"
+        self._data: LedgerData | None = None
+        self._dir_ready = False
 
     def load(self) -> LedgerData:
-        """The ledger (empty if there is none yet)."""
+        """The ledger: the copy in memory, else the file (empty if there is none yet)."""
+        if self._data is None:
+            self._data = self._read()
+        return self._data
+
+    def forget(self) -> None:
+        """Drop the copy in memory; the next :meth:`load` reads the file."""
+        self._data = None
+
+    def _read(self) -> LedgerData:
         try:
             raw = self.path.read_text()
         except FileNotFoundError:
@@ -69,23 +86,44 @@ class Ledger:
             return LedgerData.model_validate(json.loads(raw))
         except (ValueError, ValidationError) as e:
             raise RetryableError(
-                f"the VF ledger {self.path} is corrupt ({e}); move it away to start afresh "
-                "(VFs it recorded keep their settings until their claims are unprepared)"
+                f"the VF ledger {self.path} is corrupt ({e}); stop the node process and move "
+                "it away to start afresh (VFs it recorded keep their settings until their "
+                "claims are unprepared)"
             ) from e
 
     def save(self, data: LedgerData) -> None:
-        """Replace the file atomically."""
+        """Replace the file atomically (fixed temp name: callers hold the backend's lock)."""
         try:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".ledger-")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(data.model_dump_json(indent=1))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            self._write(data.model_dump_json().encode())
         except OSError as e:
+            self._data = None
             raise RetryableError(f"cannot write the VF ledger {self.path}: {e.strerror}") from e
+        except BaseException:
+            self._data = None
+            raise
+        self._data = data
+
+    def _write(self, raw: bytes) -> None:
+        if not self._dir_ready:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._dir_ready = True
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self._tmp, flags, 0o600)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            self._tmp.unlink()  # a link planted at the temp name is never followed
+            fd = os.open(self._tmp, flags | os.O_EXCL, 0o600)
+        try:
+            try:
+                view = memoryview(raw)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)
+            raise

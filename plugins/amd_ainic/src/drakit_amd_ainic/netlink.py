@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,21 +74,31 @@ class TreeNetlink:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._lock = threading.Lock()
+        self._dir_ready = False
+        self._records: dict[str, dict[str, dict[str, Any]]] = {}
 
     def set_vf(self, pf_ifname: str, pf_bdf: str, vf: int, settings: VfSettings) -> None:
         """Merge ``settings`` into the PF's record for ``vf`` (atomic rewrite)."""
         d = self.root / TREE_DIR
         with self._lock:
-            d.mkdir(parents=True, exist_ok=True)
+            if not self._dir_ready:
+                d.mkdir(parents=True, exist_ok=True)
+                self._dir_ready = True
             path = d / f"{pf_bdf}.json"
-            try:
-                data: dict[str, dict[str, Any]] = json.loads(path.read_text())
-            except FileNotFoundError:
-                data = {}
+            data = self._records.get(pf_bdf)
+            if data is None:  # first write to this PF by this process: start from the file
+                try:
+                    data = json.loads(path.read_bytes())
+                except FileNotFoundError:
+                    data = {}
+                self._records[pf_bdf] = data
             data[str(vf)] = {**data.get(str(vf), {}), **settings.to_json()}
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=".vf-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
+            tmp = f"{d}/.{pf_bdf}.json.tmp"  # one writer: this lock
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, json.dumps(data, sort_keys=True).encode())
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
 
     def set_mtu(self, ifname: str, netdev_dir: Path, mtu: int) -> None:
@@ -98,15 +107,23 @@ class TreeNetlink:
 
     def set_channels(self, ifname: str, netdev_dir: Path, count: int) -> None:
         """Make exactly ``count`` ``rx-N``/``tx-N`` queue directories."""
-        q = netdev_dir / "queues"
-        q.mkdir(exist_ok=True)
-        for entry in os.listdir(q):
+        q = f"{netdev_dir}/queues"
+        try:
+            have = set(os.listdir(q))
+        except FileNotFoundError:
+            os.mkdir(q)
+            have = set()
+        for entry in have:
             kind, _, n = entry.partition("-")
             if kind in ("rx", "tx") and n.isdigit() and int(n) >= count:
-                shutil.rmtree(q / entry)
+                try:
+                    os.rmdir(f"{q}/{entry}")
+                except OSError:
+                    shutil.rmtree(f"{q}/{entry}")  # a queue directory with attribute files
         for i in range(count):
-            (q / f"rx-{i}").mkdir(exist_ok=True)
-            (q / f"tx-{i}").mkdir(exist_ok=True)
+            for kind in ("rx", "tx"):
+                if f"{kind}-{i}" not in have:
+                    os.mkdir(f"{q}/{kind}-{i}")
 
 
 def _write(path: Path, text: str) -> None:

@@ -22,7 +22,7 @@ from drakit.hookspecs import hookimpl
 from drakit.models import ClaimInfo, DeviceHealth, DeviceInventory, NodeInfo, PreparedDevice
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import parse_nic_config
-from drakit_amd_ainic.devices import Published, build_devices
+from drakit_amd_ainic.devices import DiscoveryCache, Published, build_devices
 from drakit_amd_ainic.discovery import read_ainics
 from drakit_amd_ainic.health import device_health
 from drakit_amd_ainic.ledger import Ledger
@@ -59,6 +59,7 @@ class AmdAinicPlugin:
             context.select,
         )
         self._view = _View(published={})
+        self._cache = DiscoveryCache()
 
     @property
     def published(self) -> Mapping[str, Published]:
@@ -68,11 +69,13 @@ class AmdAinicPlugin:
     @hookimpl
     def drakit_discover_devices(self, node: NodeInfo) -> DeviceInventory | None:
         """AINIC PFs and VFs, published per their configured mode."""
-        nics = read_ainics(node.sysfs_root)
+        nics = read_ainics(node.sysfs_root, self._cache.sysfs)
         if not nics:
             self._view = _View(published={})
             return None
-        devices, published = build_devices(nics, self.settings, Path(node.sysfs_root))
+        devices, published = build_devices(
+            nics, self.settings, Path(node.sysfs_root), self._cache, node.labels
+        )
         self._view = _View(published=published)
         return DeviceInventory(devices=tuple(devices))
 

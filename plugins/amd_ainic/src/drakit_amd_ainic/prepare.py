@@ -9,7 +9,9 @@ Order inside one prepare (every step may be cut by a kill):
 3. apply VF settings through the netlink seam, then return the CDI edits.
 
 A repeated prepare finds its choices in the ledger and repeats nothing else. Unprepare resets
-the claim's VFs, forgets them, and removes on-demand VFs once their PF holds no share.
+the claim's VFs, forgets them, and removes on-demand VFs once their PF holds no share. A claim
+of whole PFs only skips steps 1-2: neither its prepare nor its unprepare reads or writes the
+ledger (an unprepare with nothing on record, after a kill mid-prepare, still looks).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, NetworkData, Pre
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
 from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
-from drakit_amd_ainic.discovery import NicFunction, live_vf_addresses, read_vf
+from drakit_amd_ainic.discovery import Ainic, NicFunction, live_vf_addresses, read_vf
 from drakit_amd_ainic.ledger import Assignment, Ledger, LedgerData
 from drakit_amd_ainic.netlink import RESET, Netlink, VfSettings
 from drakit_amd_ainic.settings import AmdAinicSettings
@@ -52,6 +54,14 @@ def env_prefix(device: str, share_id: str | None = None) -> str:
     if share_id:
         name += "_" + re.sub(r"[^A-Z0-9]", "", share_id.upper())
     return name + "_"
+
+
+def _int_file(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            return int(f.read(32))
+    except (OSError, ValueError):
+        return None
 
 
 def _whole(q: str, where: str, what: str) -> int:
@@ -93,6 +103,7 @@ class Preparer:
         self.select = select
         self._lock = threading.Lock()
         self._vf_cache: dict[tuple[str, int, str], NicFunction] = {}
+        self._pools: dict[str, tuple[int, dict[int, str]]] = {}
 
     # -- prepare -------------------------------------------------------------------------------
 
@@ -104,15 +115,20 @@ class Preparer:
     ) -> list[PreparedDevice]:
         """See the module docstring."""
         with self._lock:
-            data = self.ledger.load()
-            live = {str(p.state.get("claim")) for p in held} | {claim.uid}
-            self._repair(data, live)
             plans = [self._plan(published, claim, dev) for dev in claim.devices]
-            chosen = self._choose(data, claim, plans)
-            out = []
-            for plan, fn in zip(plans, chosen, strict=True):
-                out.append(self._apply(claim, plan, fn))
-            return out
+            if all(plan.pub.mode == "pf" for plan in plans):  # no VF: the ledger is not touched
+                return [self._apply(claim, plan, plan.fn) for plan in plans]
+            try:
+                data = self.ledger.load()
+                live = {str(p.state.get("claim")) for p in held} | {claim.uid}
+                self._repair(data, live)
+                chosen = self._choose(data, claim, plans)
+                return [
+                    self._apply(claim, plan, fn) for plan, fn in zip(plans, chosen, strict=True)
+                ]
+            except BaseException:
+                self.ledger.forget()  # changes in memory may not have been written
+                raise
 
     def _plan(
         self, published: Mapping[str, Published], claim: ClaimInfo, dev: AllocatedDevice
@@ -155,6 +171,7 @@ class Preparer:
         return _Plan(dev, pub, where, cfg, pub.function, queues, rate)
 
     def _choose(self, data: LedgerData, claim: ClaimInfo, plans: list[_Plan]) -> list[NicFunction]:
+        """A function per plan; the ledger is written once, if the claim changed a VF in it."""
         out: list[NicFunction] = []
         dirty = False
         for plan in plans:
@@ -171,12 +188,13 @@ class Preparer:
                     dirty = True
                 out.append(vf)
                 continue
-            vfs = live_vf_addresses(pub.nic)
+            vfs = self._live_vfs(pub.nic)
             if mine is not None and mine.vf in vfs:
                 out.append(self._vf(plan, mine.vf, vfs[mine.vf]))
                 continue
             if mine is not None:  # its VF is gone (pool recreated): choose again
                 data.assignments.remove(mine)
+                dirty = True
             vfs = self._grow_if_needed(data, plan, vfs)
             loads = {i: 0 for i in vfs}
             for a in data.assignments:
@@ -226,11 +244,11 @@ class Preparer:
                 + (" (its pool is in use)" if busy else " (vf_limit is 0)")
             )
         data.on_demand.setdefault(pf, 0)
-        self.ledger.save(data)  # record before the kernel creates anything
+        self.ledger.save(data)  # record (and what is pending) before the kernel creates anything
         log.info("%s: creating %d VFs on demand", pf, pub.vf_limit)
         self._forget_pool(pf)
         set_numvfs(pub.nic.pf.dir, pub.vf_limit, timeout=self.settings.vf_ready_timeout)
-        return live_vf_addresses(pub.nic)
+        return self._live_vfs(pub.nic)
 
     def _vf(self, plan: _Plan, index: int, bdf: str) -> NicFunction:
         """The VF as it was first read (its identity and the values unprepare restores)."""
@@ -245,8 +263,29 @@ class Preparer:
             self._vf_cache[key] = vf
         return vf
 
+    def _live_vfs(self, nic: Ainic) -> dict[int, str]:
+        """VF index -> BDF as the PF has them now.
+
+        One read of ``sriov_numvfs`` while the count is the one last listed: for a given
+        NumVFs the VFs' routing IDs are fixed (the PF's First VF Offset and VF Stride, PCIe
+        SR-IOV 9.3.3.9-10), so a pool removed and recreated at the same size has the same
+        addresses; otherwise the ``virtfn`` links are listed again.
+        """
+        pf = nic.pf.bdf
+        count = _int_file(f"{nic.pf.dir}/sriov_numvfs")
+        known = self._pools.get(pf)
+        if known is not None and count is not None and known[0] == count:
+            return known[1]
+        vfs = live_vf_addresses(nic)
+        if count is not None and len(vfs) == count:
+            self._pools[pf] = (count, vfs)
+        else:
+            self._pools.pop(pf, None)  # changing under us: list again next time
+        return vfs
+
     def _forget_pool(self, pf: str) -> None:
         """VFs of ``pf`` were created or removed: what was read about them is stale."""
+        self._pools.pop(pf, None)
         for key in [k for k in self._vf_cache if k[0] == pf]:
             del self._vf_cache[key]
 
@@ -337,22 +376,31 @@ class Preparer:
     def unprepare(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> None:
         """Reset the claim's VFs, forget them, remove on-demand VFs of idle PFs."""
         with self._lock:
-            data = self.ledger.load()
-            restore = {
-                str(p.state.get("function")): p.state for p in prepared if p.state.get("function")
-            }
-            mine = [a for a in data.assignments if a.claim == claim_uid]
-            for a in mine:
-                self._reset(a, restore)
             for p in prepared:  # PF-mode devices have no ledger entry; restore their channels
                 if p.state.get("mode") == "pf":
                     self._restore_function(p.state)
-            data.assignments = [a for a in data.assignments if a.claim != claim_uid]
-            if mine:
-                self.ledger.save(data)
-            self._cleanup(data)
+            if prepared and all(p.state.get("mode") == "pf" for p in prepared):
+                return  # whole PFs only: nothing in the ledger (an empty list may be a crash)
+            try:
+                data = self.ledger.load()
+                restore = {
+                    str(p.state.get("function")): p.state
+                    for p in prepared
+                    if p.state.get("function")
+                }
+                mine = [a for a in data.assignments if a.claim == claim_uid]
+                for a in mine:
+                    self._reset(a, restore)
+                if mine:
+                    data.assignments = [a for a in data.assignments if a.claim != claim_uid]
+                    self.ledger.save(data)
+                self._cleanup(data)
+            except BaseException:
+                self.ledger.forget()
+                raise
 
     def _repair(self, data: LedgerData, live: set[str]) -> None:
+        """Reset VFs of claims that are not ``live`` and drop them from the ledger."""
         stale = [a for a in data.assignments if a.claim not in live]
         for a in stale:
             log.warning(
@@ -362,7 +410,7 @@ class Preparer:
                 a.claim,
             )
             self._reset(a, {})
-        if stale:
+        if stale:  # only after a crash; written before the pools are cleaned up
             data.assignments = [a for a in data.assignments if a.claim in live]
             self.ledger.save(data)
         self._cleanup(data)

@@ -25,6 +25,7 @@ __all__ = [
 
 Mode = Literal["pf", "vf", "shared", "none"]
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_DNS = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class _Strict(BaseModel):
@@ -104,6 +105,13 @@ class AmdAinicSettings(PluginSettings):
         default=None,
         description="JSON a fabric manager writes: {BDF or ifName: {rail, fabric}}",
     )
+    node_labels: str | None = Field(
+        default="ainic.drakit.io",
+        description=(
+            "Label prefix of the Node labels a fabric manager writes: <prefix>/rail.<ifName>, "
+            "<prefix>/fabric.<ifName>, <prefix>/fabric (null: do not read labels)"
+        ),
+    )
     netlink: Literal["auto", "pyroute2", "tree"] = Field(
         default="auto",
         description="VF settings through pyroute2, or into a simulated tree (auto: by root)",
@@ -121,6 +129,16 @@ class AmdAinicSettings(PluginSettings):
     def _fabric(cls, v: str | None) -> str | None:
         if v is not None and not 0 < len(v) <= 64:  # noqa: PLR2004 - attribute value limit
             raise ValueError("must be 1 to 64 characters (a DRA string attribute)")
+        return v
+
+    @field_validator("node_labels")
+    @classmethod
+    def _prefix(cls, v: str | None) -> str | None:
+        if v is not None and not _DNS.match(v):
+            raise ValueError(
+                f"{v!r} is not a label prefix; use a DNS subdomain such as ainic.drakit.io, "
+                "or null to not read labels"
+            )
         return v
 
     @field_validator("rails")
