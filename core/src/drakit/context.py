@@ -36,6 +36,10 @@ class PluginContext:
             last published slices (``consumesCounters`` where ``DRAPartitionableDevices`` is
             off); empty without a cluster or while it keeps everything. A backend may publish
             without the feature when it sees its field here.
+        peers: every enabled backend (this one included) -> the DRA driver it publishes
+            under, in configuration order. A backend whose driver another backend shares (a
+            composite and its members, ``docs/composite.md``) publishes every physical device
+            as a counter set its devices consume, so that devices built from it can share it.
     """
 
     name: str
@@ -47,6 +51,12 @@ class PluginContext:
     log: logging.Logger
     libraries: Mapping[str, Any] = field(default_factory=dict)
     dropped_fields: Callable[[], frozenset[str]] = frozenset
+    peers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def shares_driver(self) -> bool:
+        """Another enabled backend publishes under this backend's driver."""
+        return any(d == self.driver_name for n, d in self.peers.items() if n != self.name)
 
     def settings_as(self, model: type[S]) -> S:
         """This plugin's settings as its own model (typed access for the plugin's code).

@@ -234,8 +234,12 @@ class PluginHost:
             validated.append((name, cls, section))
         if errors:
             raise ConfigInvalid(errors, source="configuration")
+        peers = {
+            name: section.driver or str(getattr(cls, "default_driver", f"{name}.drakit.io"))
+            for name, cls, section in validated
+        }
         for name, cls, section in validated:
-            driver: str = section.driver or str(getattr(cls, "default_driver", f"{name}.drakit.io"))
+            driver = peers[name]
             ctx = PluginContext(
                 name=name,
                 settings=section,
@@ -246,9 +250,12 @@ class PluginHost:
                 log=logging.getLogger(f"drakit.plugin.{name}"),
                 libraries=self.libraries,
                 dropped_fields=functools.partial(self._dropped, driver),
+                peers=dict(peers),
             )
             try:
                 obj = cls(ctx)
+            except ConfigInvalid:  # names the setting and the fix already
+                raise
             except Exception as e:  # a vendor constructor can fail in any way
                 raise PluginLoadError(name, f"failed to start: {e!r}") from e
             self._register(name, obj)
@@ -346,7 +353,7 @@ class PluginHost:
         self._enrich(out)
         for name in self.backends:
             inv = self._only(name, "drakit_compose_devices")(
-                node=self.node, devices=dict(out.devices)
+                node=self.node, devices=dict(out.devices), owners=dict(out.owners)
             )
             self._add_inventory(out, name, inv)
         self._owners = dict(out.owners)

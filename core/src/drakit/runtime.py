@@ -12,7 +12,7 @@ from pathlib import Path
 
 from drakit.config import DrakitSettings
 from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost, installed_plugins
+from drakit.pluginhost import PLUGIN_GROUP, PluginHost, installed_plugins, load_entry_points
 from drakit.sim import fast_tmp, materialize, vendor_libraries
 
 __all__ = [
@@ -26,6 +26,10 @@ __all__ = [
 
 DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_gpu", "amd_ainic", "composite")
 """Backends enabled when the configuration names none: those of these that are installed."""
+
+COMPOSED = ("nvidia_gpu", "amd_gpu", "amd_ainic")
+"""Default backends that publish under the composite's driver when it is enabled by default
+(a pair shares counters with its members only in one driver's pool, ``docs/composite.md``)."""
 
 
 def default_node_name(settings: DrakitSettings) -> str:
@@ -43,6 +47,12 @@ def effective_settings(settings: DrakitSettings) -> DrakitSettings:
         return settings
     installed = {e.name for e in installed_plugins()}
     plugins: dict[str, dict[str, object]] = {n: {} for n in DEFAULT_PLUGINS if n in installed}
+    if "composite" in plugins:
+        [(_, composite)] = load_entry_points(PLUGIN_GROUP, ["composite"])
+        shared = str(composite.default_driver)
+        for name in COMPOSED:
+            if name in plugins:
+                plugins[name] = {"driver": shared}
     return settings.model_copy(update={"plugins": plugins})
 
 
