@@ -151,13 +151,16 @@ def test_backend_composition_renders(
     discovered: dict[str, tuple[str, DeviceInventory | None]],
 ) -> None:
     everything: dict[DeviceKey, Device] = {}
-    for driver, inv in discovered.values():
+    owners: dict[DeviceKey, str] = {}
+    for plugin, (driver, inv) in discovered.items():
         for d in inv.devices if inv else ():
-            everything[DeviceKey(driver=driver, pool=d.pool or PROFILE, device=d.name)] = d
+            key = DeviceKey(driver=driver, pool=d.pool or PROFILE, device=d.name)
+            everything[key] = d
+            owners[key] = plugin
     obj, ctx = build(ep, node)
     pm = new_manager()
     pm.register(obj, name=ep.name)
-    for inv in pm.hook.drakit_compose_devices(node=node, devices=everything):
+    for inv in pm.hook.drakit_compose_devices(node=node, devices=everything, owners=owners):
         assert isinstance(inv, DeviceInventory)
         assert inv.devices, f"{ep.name} composed an empty inventory; return None instead"
         render_slices(ctx.driver_name, PROFILE, inv.devices, inv.counter_sets)

@@ -6,7 +6,7 @@ Used by the CLI, ``drakit node`` and ``drakit demo`` so they all load plugins th
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,8 +16,10 @@ from drakit.pluginhost import PLUGIN_GROUP, PluginHost, installed_plugins, load_
 from drakit.sim import fast_tmp, materialize, vendor_libraries
 
 __all__ = [
+    "COMPOSED",
     "DEFAULT_PLUGINS",
     "default_node_name",
+    "default_sections",
     "effective_settings",
     "fast_tmp",
     "open_host",
@@ -46,14 +48,23 @@ def effective_settings(settings: DrakitSettings) -> DrakitSettings:
     if settings.plugins:
         return settings
     installed = {e.name for e in installed_plugins()}
-    plugins: dict[str, dict[str, object]] = {n: {} for n in DEFAULT_PLUGINS if n in installed}
+    plugins = default_sections([n for n in DEFAULT_PLUGINS if n in installed])
+    return settings.model_copy(update={"plugins": plugins})
+
+
+def default_sections(names: Sequence[str]) -> dict[str, dict[str, object]]:
+    """Empty sections for ``names``, :data:`COMPOSED` under the composite's driver if it is one.
+
+    What the defaults and ``drakit claim validate`` (every installed backend) load.
+    """
+    plugins: dict[str, dict[str, object]] = {n: {} for n in names}
     if "composite" in plugins:
         [(_, composite)] = load_entry_points(PLUGIN_GROUP, ["composite"])
         shared = str(composite.default_driver)
         for name in COMPOSED:
             if name in plugins:
                 plugins[name] = {"driver": shared}
-    return settings.model_copy(update={"plugins": plugins})
+    return plugins
 
 
 @contextmanager

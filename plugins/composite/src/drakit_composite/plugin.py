@@ -144,7 +144,16 @@ class CompositePlugin:
     def __init__(self, context: PluginContext) -> None:
         self.settings = context.settings_as(CompositeSettings)
         self.ctx = context
-        problems = member_problems(context.name, context.driver_name, context.peers, self.settings)
+        # a member under another driver would make pairs double-allocatable: refuse to start.
+        # No member at all is left to `drakit config validate` (the webhook loads the composite
+        # for its strategies alone)
+        problems = [
+            (path, fix)
+            for path, fix in member_problems(
+                context.name, context.driver_name, context.peers, self.settings
+            )
+            if path.endswith(".driver")
+        ]
         if problems:
             raise ConfigInvalid(problems, source="configuration")
         self._pairs: dict[str, Pair] = {}
