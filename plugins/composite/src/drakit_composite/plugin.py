@@ -28,6 +28,7 @@ from drakit.deviceclasses import DeviceClassSpec, type_selector
 from drakit.errors import ConfigInvalid, PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
+    AllocatedDevice,
     CdiEdits,
     ClaimInfo,
     Device,
@@ -101,9 +102,18 @@ def member_problems(
 
 
 @dataclass(frozen=True)
+class _Owners:
+    """The plugins behind one pair's GPU and NIC."""
+
+    gpu: str
+    nic: str
+
+
+@dataclass(frozen=True)
 class _Candidate:
     member: Member
     device: Device
+    owner: str
 
 
 def _members(
@@ -126,7 +136,7 @@ def _members(
             and fn is not None
             and dev.consumes_counters
         ):
-            out[key.device] = _Candidate(Member(name=key.device, pci=fn), dev)
+            out[key.device] = _Candidate(Member(name=key.device, pci=fn), dev, str(owners[key]))
     return out
 
 
@@ -156,7 +166,7 @@ class CompositePlugin:
         ]
         if problems:
             raise ConfigInvalid(problems, source="configuration")
-        self._pairs: dict[str, Pair] = {}
+        self._pairs: dict[str, tuple[Pair, _Owners]] = {}
         self._skipped: frozenset[str] = frozenset()
 
     def candidates(
@@ -231,10 +241,10 @@ class CompositePlugin:
             return None
         sockets = numa_sockets(node.sysfs_root)
         out: list[Device] = []
-        names: dict[str, Pair] = {}
+        names: dict[str, tuple[Pair, _Owners]] = {}
         for i, p in enumerate(pairs):
             name = f"pair-{i}"
-            names[name] = p
+            names[name] = (p, _Owners(gpu=gpus[p.gpu.name].owner, nic=nics[p.nic.name].owner))
             attrs: dict[str, int | str] = {
                 "type": PAIR_CLASS,
                 "gpu": p.gpu.name,
@@ -300,16 +310,49 @@ class CompositePlugin:
 
     @hookimpl
     def drakit_prepare_devices(self, claim: ClaimInfo) -> Sequence[PreparedDevice]:
-        """Tell the container which GPU and NIC each allocated pair holds."""
-        out = []
+        """Prepare each pair's GPU and NIC through their own backends; hand over both.
+
+        Each member backend prepares exactly what it prepares when its device is claimed alone
+        (through ``context.members``, never by import), with the pair's request and configs; the
+        pair's container gets both backends' CDI edits, and ``DRAKIT_PAIR_<N>_GPU``/``_NIC``
+        with the members' bus IDs. When a member fails, the members already prepared are
+        unprepared before the error is raised.
+        """
         pairs = self._pairs
+        wanted: dict[str, list[AllocatedDevice]] = {}  # member plugin -> its devices
+        held: list[tuple[AllocatedDevice, Pair, _Owners]] = []
         for dev in claim.devices:
-            pair = pairs.get(dev.device)
-            if pair is None:
+            entry = pairs.get(dev.device)
+            if entry is None:
                 raise PermanentError(
                     f"request {dev.request!r}: device {dev.device!r} is not a GPU-NIC pair on "
                     "this node"
                 )
+            pair, owners = entry
+            held.append((dev, pair, owners))
+            for plugin, member in ((owners.gpu, pair.gpu.name), (owners.nic, pair.nic.name)):
+                wanted.setdefault(plugin, []).append(
+                    dev.model_copy(update={"device": member, "share_id": None})
+                )
+        done: list[tuple[str, list[PreparedDevice]]] = []
+        try:
+            for plugin, devs in wanted.items():
+                sub = claim.model_copy(update={"devices": tuple(devs)})
+                done.append((plugin, self.ctx.members.prepare(plugin, sub)))
+        except Exception:
+            for plugin, got in reversed(done):  # roll back; the failure is the claim's error
+                try:
+                    self.ctx.members.unprepare(plugin, claim.uid, got)
+                except Exception:  # the first error is the one to report
+                    self.ctx.log.exception(
+                        "claim %s: rolling back %s failed; unprepare retries it", claim.uid, plugin
+                    )
+            raise
+        got_by = {(plugin, p.request, p.device): p for plugin, devices in done for p in devices}
+        out = []
+        for dev, pair, owners in held:
+            gpu = got_by[(owners.gpu, dev.request, pair.gpu.name)]
+            nic = got_by[(owners.nic, dev.request, pair.nic.name)]
             tag = dev.device.upper().replace("-", "_")
             out.append(
                 PreparedDevice(
@@ -318,16 +361,27 @@ class CompositePlugin:
                     device=dev.device,
                     edits=CdiEdits(
                         env=(
+                            *gpu.edits.env,
+                            *nic.edits.env,
                             f"DRAKIT_{tag}_GPU={pair.gpu.pci.bdf}",
                             f"DRAKIT_{tag}_NIC={pair.nic.pci.bdf}",
-                        )
+                        ),
+                        device_nodes=(*gpu.edits.device_nodes, *nic.edits.device_nodes),
+                        mounts=(*gpu.edits.mounts, *nic.edits.mounts),
+                        hooks=(*gpu.edits.hooks, *nic.edits.hooks),
                     ),
-                    state={"gpu": pair.gpu.name, "nic": pair.nic.name},
+                    state={
+                        "gpu": pair.gpu.name,
+                        "nic": pair.nic.name,
+                        "gpuPlugin": owners.gpu,
+                        "nicPlugin": owners.nic,
+                    },
+                    network_data=nic.network_data,
                 )
             )
         return out
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool:
-        """Nothing to undo: prepare has no side effects outside the CDI spec."""
+        """Nothing of its own to undo: core unprepares the members it recorded for the claim."""
         return True
