@@ -12,22 +12,29 @@ Shown with the real kube-scheduler:
 * the other way round: a lone GPU first, then eight one-pair claims: seven are allocated, one
   stays unallocated;
 * a share of the shared-mode NIC first: the pair holding that NIC stays unallocated, while two
-  more shares of the NIC still fit beside the first.
+  more shares of the NIC still fit beside the first;
+* the kubelet stand-in prepares a pair pod: its CDI spec has the GPU's device nodes and the
+  NIC's ``/dev/infiniband`` nodes, both backends' env, and the checkpoint records each member
+  under its own backend; unprepare removes all of it;
+* a node killed (-9) between the two members of a pair's prepare, restarted and asked to
+  unprepare, leaves neither member prepared (``prepare-after-member``, ``drakit.faults``).
 """
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
-from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess
+from tests.e2e.controlplane import ControlPlane, ControlPlaneError, KubeletStandIn, wait_for
+from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, kubelet_flags
 
 from drakit.config import DrakitSettings
 from drakit.deviceclasses import render_device_classes
+from drakit.models import ClaimRef
 from drakit.runtime import open_host
 
 pytestmark = pytest.mark.e2e
@@ -42,6 +49,7 @@ class Running:
     name: str
     classes: dict[str, str]
     """drakit's class name (``nvidia-gpu``, ``gpu-nic-pair``) -> this module's copy of it."""
+    dirs: NodeDirs
 
 
 def _plugins(state_dir: str) -> dict[str, dict[str, Any]]:
@@ -85,7 +93,7 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
         with proc:
             proc.wait_ready(timeout=90)
             _wait_published(cp, name, 24)
-            yield Running(name, classes)
+            yield Running(name, classes, dirs)
     finally:
         cp.delete_node(name)
         for own in classes.values():
@@ -174,8 +182,15 @@ def _release(cp: ControlPlane, ns: str, names: list[str]) -> None:
     """Delete the pods and claims and wait until the claims are gone (devices free again)."""
     grace = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
     for n in names:
-        cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{n}", grace)
-        cp.api("DELETE", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{n}")
+        for path, body in (
+            (f"/api/v1/namespaces/{ns}/pods/{n}", grace),
+            (f"{RESOURCE}/namespaces/{ns}/resourceclaims/{n}", None),
+        ):
+            try:
+                cp.api("DELETE", path, body)
+            except ControlPlaneError as e:
+                if "HTTP 404" not in str(e):  # already gone
+                    raise
 
     def gone() -> bool:
         for n in names:
@@ -254,3 +269,103 @@ def test_a_share_of_the_shared_nic_keeps_its_pair_out_not_other_shares(
     _wait_bound(cp, ns, ["share1", "share2"])
     assert {r["device"] for p in ("share1", "share2") for r in _allocated(cp, ns, p)} == {"ainic-0"}
     _release(cp, ns, ["share0", "share1", "share2", "pair"])
+
+
+def _uid(cp: ControlPlane, ns: str, name: str) -> str:
+    uid: str = cp.api("GET", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{name}")["metadata"]["uid"]
+    return uid
+
+
+def test_a_pair_pods_container_gets_the_gpus_and_the_nics_device_nodes(
+    control_plane: ControlPlane, kubelet_standin: KubeletStandIn, node: Running, namespace: str
+) -> None:
+    cp, ns = control_plane, namespace
+    # a whole PF (the shared NIC's VFs are made on demand, by a kernel this test does not run)
+    _claim_and_pod(cp, ns, "train", node, "gpu-nic-pair", f'{ATTR}.nic != "ainic-0"')
+    _wait_bound(cp, ns, ["train"])
+    [result] = _allocated(cp, ns, "train")
+    gpu, nic = _members(cp, node, result["device"])
+    uid = _uid(cp, ns, "train")
+    flags = kubelet_flags(node.dirs, node.name, f"{ns}/train", drivers=[DRIVER])
+    prepared = kubelet_standin.run("prepare", *flags)
+    assert prepared.exit_code == 0, prepared.doc.get("error")
+    [cdi_id] = prepared.doc["containers"]["c"]["cdi_devices"]
+    spec = node.dirs.cdi_specs()[f"k8s.{DRIVER}-claim_{uid}.json"]
+    [dev] = spec["devices"]
+    assert cdi_id.endswith("=" + dev["name"])
+    edits = dev["containerEdits"]
+    paths = [d["path"] for d in edits["deviceNodes"]]
+    assert f"/dev/nvidia{int(gpu.removeprefix('gpu-'))}" in paths  # the GPU backend's nodes
+    assert "/dev/nvidiactl" in paths
+    assert [p for p in paths if p.startswith("/dev/infiniband/uverbs")]  # the NIC backend's
+    assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=GPU-") for e in edits["env"])
+    assert any(e.startswith("DRAKIT_AINIC_") for e in edits["env"])
+    record = node.dirs.checkpoint(DRIVER)[uid]
+    assert record["phase"] == "PrepareCompleted"
+    assert {p: [d["device"] for d in ds] for p, ds in record["prepared"].items()} == {
+        "composite": [result["device"]],
+        "nvidia_gpu": [gpu],
+        "amd_ainic": [nic],
+    }
+    pod_uid = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/train")["metadata"]["uid"]
+    grace = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+    cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/train", grace)
+    unprepared = kubelet_standin.run("unprepare", *flags, f"--pod-uid={pod_uid}")
+    assert unprepared.exit_code == 0, (unprepared.doc, unprepared.stderr[-3000:])
+    assert uid not in node.dirs.checkpoint(DRIVER)
+    assert not [n for n in node.dirs.cdi_specs() if uid in n]
+    _release(cp, ns, ["train"])
+
+
+def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
+    control_plane: ControlPlane, node: Running, namespace: str
+) -> None:
+    cp, ns = control_plane, namespace
+    name = f"pcrash-{uuid.uuid4().hex[:6]}"
+    dirs = NodeDirs.create("dk-pcrash-")
+    plugins = _plugins(str(dirs.state_dir / "ainic"))
+    cp.create_node(name)
+
+    def process(label: str, env: dict[str, str] | None = None) -> NodeProcess:
+        return NodeProcess(
+            kubeconfig=cp.kubeconfig,
+            node_name=name,
+            dirs=dirs,
+            plugins=plugins,
+            profile=PROFILE,
+            instance_id="pcrash",
+            env=env,
+            name=label,
+        )
+
+    try:
+        here = Running(name, node.classes, dirs)
+        with process("crash", {"DRAKIT_CRASH_AT": "prepare-after-member"}) as doomed:
+            doomed.wait_ready(timeout=90)
+            _wait_published(cp, name, 24)
+            _claim_and_pod(cp, ns, "victim", here, "gpu-nic-pair", f'{ATTR}.nic != "ainic-0"')
+            _wait_bound(cp, ns, ["victim"])
+            [result] = _allocated(cp, ns, "victim")
+            gpu, _ = _members(cp, here, result["device"])
+            ref = ClaimRef(namespace=ns, name="victim", uid=_uid(cp, ns, "victim"))
+            with pytest.raises(Exception), doomed.client(DRIVER) as client:  # noqa: B017, PT011
+                client.prepare([ref])  # the node dies inside: the call fails
+            assert doomed.wait(timeout=30) == -signal.SIGKILL
+        # killed after the GPU was prepared and recorded, before the NIC was asked
+        between = dirs.checkpoint(DRIVER)[ref.uid]
+        assert between["phase"] == "PrepareStarted"
+        assert [d["device"] for d in between["prepared"]["nvidia_gpu"]] == [gpu]
+        assert "amd_ainic" not in between["prepared"]
+        with process("restart") as proc:
+            proc.wait_ready(timeout=90)
+            with proc.client(DRIVER) as client:
+                assert client.unprepare([ref])[ref.uid].error == ""
+            assert ref.uid not in dirs.checkpoint(DRIVER)
+            assert not [n for n in dirs.cdi_specs() if ref.uid in n]
+            ledger = dirs.state_dir / "ainic"
+            assert not [f for f in ledger.glob("*") if ref.uid in f.read_text(errors="ignore")]
+            assert proc.terminate() == 0
+        _release(cp, ns, ["victim"])
+    finally:
+        cp.delete_node(name)
+        dirs.remove()
