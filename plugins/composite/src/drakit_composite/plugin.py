@@ -282,11 +282,11 @@ class CompositePlugin:
         resource of the same name in ``composite.drakit.io``, so a pod can ask for
         ``composite.drakit.io/gpu-nic-pair-numa0: 2`` with no webhook.
         """
-        typed = type_selector(driver, (PAIR_CLASS,))
+        typed = (type_selector(driver, (PAIR_CLASS,)),) if self.ctx.shares_driver else ()
         out = [
             DeviceClassSpec(
                 name=PAIR_CLASS,
-                selectors=(typed,),
+                selectors=typed,
                 extended_resource_name=f"{EXTENDED_RESOURCE_DOMAIN}/{PAIR_CLASS}",
                 description="A GPU and the NIC closest to it, allocated together",
             )
@@ -298,7 +298,7 @@ class CompositePlugin:
                 DeviceClassSpec(
                     name=name,
                     selectors=(
-                        typed,
+                        *typed,
                         f"has(device.attributes[{domain}].numaNode) && "
                         f"device.attributes[{domain}].numaNode == {k}",
                     ),
