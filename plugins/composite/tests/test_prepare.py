@@ -22,6 +22,8 @@ from drakit.demo import InMemoryClaims
 from drakit.models import ClaimRef
 from drakit.pluginhost import PluginHost
 from drakit.runtime import open_host
+from drakit.sim import SysfsBuilder, get_profile
+from drakit.sim.ainic import SriovKernel
 from drakit.state import DriverState
 
 DRIVER = "gpu-nic.example.com"
@@ -160,3 +162,52 @@ def test_members_are_asked_only_inside_a_prepare(pipeline: Pipeline) -> None:
     composite = pipeline.host.contexts["composite"]
     with pytest.raises(Exception, match="outside its own prepare call"):
         composite.members.prepare("nvidia_gpu", None)  # type: ignore[arg-type]
+
+
+def test_a_pair_with_a_shared_mode_nic_gets_a_vf_of_it_like_a_share(tmp_path: Path) -> None:
+    spec = get_profile("h200-8gpu-8ainic")
+    root = SysfsBuilder(spec).build(tmp_path / "root")
+    pf = root / "sys/bus/pci/devices/0000:18:00.0"  # ainic-0, enp24s0
+    plugins = {
+        "nvidia_gpu": {"driver": DRIVER},
+        "amd_ainic": {
+            "driver": DRIVER,
+            "state_dir": str(tmp_path / "ainic"),
+            "nics": [{"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 4}],
+        },
+        "composite": {"driver": DRIVER},
+    }
+    settings = DrakitSettings(sysfs_root=root, node_name="n", plugins=plugins)
+    with SriovKernel(spec, root), open_host(settings) as host:
+        found = host.discover()
+        [pair] = [
+            k.device
+            for k, d in found.devices.items()
+            if found.owners[k] == "composite" and d.attributes["nic"].value == "ainic-0"
+        ]
+        claims = InMemoryClaims()
+        state = DriverState(
+            DRIVER,
+            host,
+            claims,
+            state_dir=tmp_path / "state",
+            cdi_dir=tmp_path / "cdi",
+            boot_id="test",
+        )
+        try:
+            p = Pipeline(host, state, claims, tmp_path / "cdi", tmp_path / "state")
+            ref = allocated(p, [pair])
+            assert state.prepare([ref])[ref.uid].error == ""
+            assert len(list(pf.resolve().glob("virtfn*"))) == 4  # created on demand
+            [spec_file] = p.cdi_dir.glob(f"*{ref.uid}*.json")
+            [dev] = json.loads(spec_file.read_text())["devices"]
+            nodes = [n["path"] for n in dev["containerEdits"]["deviceNodes"]]
+            assert any(n.startswith("/dev/infiniband/uverbs") for n in nodes)
+            assert any(n.startswith("/dev/nvidia") for n in nodes)
+            [nic] = p.checkpoint()[ref.uid]["prepared"]["amd_ainic"]
+            assert nic["device"] == "ainic-0"
+            assert state.unprepare([ref])[ref.uid].error == ""
+            assert ref.uid not in p.checkpoint()
+            assert list(pf.resolve().glob("virtfn*")) == []  # the idle pool's VFs are removed
+        finally:
+            state.close()
