@@ -43,7 +43,8 @@ PROFILE_PLUGINS: dict[str, dict[str, Any]] = {
     "cpu": {"policy": "packed"},
     "nvidia_gpu": {},
     "amd_ainic": {},
-    "composite": {"strategy": "numa-preferred"},
+    # no composite: its pairs would share the GPU and NIC driver (docs/composite.md), and the
+    # scenarios' classes select GPUs and NICs by driver
 }
 
 

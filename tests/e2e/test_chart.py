@@ -44,10 +44,11 @@ from tests.helmchart import CHART, Helm, HelmError, by_kind, helm_binary, one
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 RESOURCE = "/apis/resource.k8s.io/v1"
+# the composite's members publish under its driver (docs/composite.md)
 ENABLED = {
     "cpu": "cpu.drakit.io",
-    "nvidia_gpu": "gpu.nvidia.drakit.io",
-    "amd_ainic": "ainic.amd.drakit.io",
+    "nvidia_gpu": "pairs.composite.drakit.io",
+    "amd_ainic": "pairs.composite.drakit.io",
     "composite": "pairs.composite.drakit.io",
 }
 NOT_ENABLED_DRIVER = "gpu.amd.drakit.io"

@@ -11,7 +11,7 @@ behind the backend's NVML seam) and publishes through the real API server:
   same CDI device (the same device nodes);
 
 and a second node serves ``mi300x-8gpu-8ainic``, whose 8 AMD GPUs are published and accepted
-by the API server, and paired with the 8 AINICs by the composite backend.
+by the API server, and paired with the 8 AINICs by the composite backend under one driver.
 """
 
 from __future__ import annotations
@@ -315,24 +315,36 @@ def test_mi300x_publishes_eight_amd_gpus_the_api_server_accepts(
         kubeconfig=control_plane.kubeconfig,
         node_name=name,
         dirs=dirs,
-        plugins={"amd_gpu": {}, "amd_ainic": {}, "composite": {"gpu_driver": AMD}},
+        # the composite and its members publish under one driver (docs/composite.md)
+        plugins={
+            "amd_gpu": {"driver": AMD},
+            "amd_ainic": {"driver": AMD},
+            "composite": {"driver": AMD},
+        },
         profile="mi300x-8gpu-8ainic",
         instance_id="mi",
     )
     try:
         with proc:
-            names = _wait_published(control_plane, name, AMD, 8)
-            assert all(x.startswith("gpu-0000-") for x in names)
-            pairs = _wait_published(control_plane, name, "pairs.composite.drakit.io", 8)
-            assert pairs == {f"pair-{i}" for i in range(8)}
+            names = _wait_published(control_plane, name, AMD, 8 + 8 + 8)
+            assert len([x for x in names if x.startswith("gpu-0000-")]) == 8
+            assert {x for x in names if x.startswith("pair-")} == {f"pair-{i}" for i in range(8)}
             proc.wait_ready(timeout=30)
             items = control_plane.api(
                 "GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={name}"
             )["items"]
-            [amd] = [s for s in items if s["spec"]["driver"] == AMD]
-            dev = amd["spec"]["devices"][0]
+            [dev] = [
+                d
+                for s in items
+                if s["spec"]["driver"] == AMD
+                for d in s["spec"].get("devices") or []
+                if d["name"] == min(x for x in names if x.startswith("gpu-0000-"))
+            ]
             assert dev["attributes"]["productName"] == {"string": "AMD Instinct MI300X"}
             assert dev["capacity"]["memory"]["value"] in ("192Gi", str(192 * 2**30))
+            # the GPU consumes its own counter set whole, as the pair holding it does
+            [use] = dev["consumesCounters"]
+            assert use["counterSet"] == f"{dev['name']}-counters"
     finally:
         control_plane.delete_node(name)
         dirs.remove()

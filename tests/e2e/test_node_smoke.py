@@ -1,7 +1,8 @@
 """Smoke: `drakit node --profile h200-8gpu-8ainic` with the real control plane and kubelet code.
 
-One ``drakit node`` subprocess serves the module. It publishes ResourceSlices for all four
-drivers (exactly what discovery finds); a Pod with a ResourceClaimTemplate is scheduled by the
+One ``drakit node`` subprocess serves the module. It publishes ResourceSlices for the CPU, GPU
+and NIC drivers (exactly what discovery finds; the composite, whose pairs share their members'
+driver, is ``test_composite_pairs.py``'s); a Pod with a ResourceClaimTemplate is scheduled by the
 real kube-scheduler (claim made by the real resourceclaim controller); the kubelet stand-in's
 DRA manager prepares it through drakit's sockets; the CDI specs on disk name exactly the
 allocated devices and the kubelet's per-container CDI IDs match them; deleting the pod and
@@ -38,8 +39,10 @@ from drakit.runtime import open_host
 pytestmark = pytest.mark.e2e
 
 PROFILE = "h200-8gpu-8ainic"
-PLUGINS: dict[str, dict[str, Any]] = {name: {} for name in DRIVERS}
-CPU, GPU, NIC, PAIRS = (DRIVERS[n] for n in ("cpu", "nvidia_gpu", "amd_ainic", "composite"))
+# three backends under three drivers; the composite would share the GPU and NIC driver
+SMOKE = {n: DRIVERS[n] for n in ("cpu", "nvidia_gpu", "amd_ainic")}
+PLUGINS: dict[str, dict[str, Any]] = {name: {} for name in SMOKE}
+CPU, GPU, NIC = (SMOKE[n] for n in ("cpu", "nvidia_gpu", "amd_ainic"))
 
 
 @dataclass
@@ -76,9 +79,9 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
 def classes(control_plane: ControlPlane) -> Iterator[dict[str, str]]:
     """One DeviceClass per driver: backend name -> class name."""
     suffix = uuid.uuid4().hex[:6]
-    made = {backend: f"smoke-{backend.replace('_', '-')}-{suffix}" for backend in DRIVERS}
+    made = {backend: f"smoke-{backend.replace('_', '-')}-{suffix}" for backend in SMOKE}
     for backend, cls in made.items():
-        create_device_class(control_plane, cls, DRIVERS[backend])
+        create_device_class(control_plane, cls, SMOKE[backend])
     try:
         yield made
     finally:
@@ -97,7 +100,7 @@ def published(cp: ControlPlane, node: str) -> dict[str, set[str]]:
     return out
 
 
-def test_slices_for_all_four_drivers_equal_discovery(
+def test_slices_for_all_three_drivers_equal_discovery(
     control_plane: ControlPlane, node: Running
 ) -> None:
     settings = DrakitSettings(profile=PROFILE, node_name=node.name, plugins=PLUGINS)
@@ -105,11 +108,11 @@ def test_slices_for_all_four_drivers_equal_discovery(
         expected: dict[str, set[str]] = {}
         for spec in build_inventory(host).pools:
             expected.setdefault(spec.driver, set()).update(d.name for d in spec.devices)
-    assert set(expected) == set(DRIVERS.values())
+    assert set(expected) == set(SMOKE.values())
     got = wait_for(
         lambda: (p := published(control_plane, node.name)) == expected and p,
         timeout=30,
-        what="slices of all four drivers",
+        what="slices of all three drivers",
     )
     assert got == expected
     assert len(got[GPU]) == 8
@@ -137,7 +140,6 @@ def test_pod_is_prepared_and_released_through_the_kubelets_dra_manager(  # noqa:
                         "requests": [
                             {"name": "gpu", "exactly": {"deviceClassName": classes["nvidia_gpu"]}},
                             {"name": "nic", "exactly": {"deviceClassName": classes["amd_ainic"]}},
-                            {"name": "pair", "exactly": {"deviceClassName": classes["composite"]}},
                             {
                                 "name": "cpus",
                                 "exactly": {
@@ -191,7 +193,7 @@ def test_pod_is_prepared_and_released_through_the_kubelets_dra_manager(  # noqa:
     claim = cp.api("GET", claim_path)
     uid = claim["metadata"]["uid"]
     results = claim["status"]["allocation"]["devices"]["results"]
-    assert {r["driver"] for r in results} == set(DRIVERS.values())
+    assert {r["driver"] for r in results} == set(SMOKE.values())
 
     flags = kubelet_flags(node.dirs, node.name, f"{namespace}/trainer", drivers=node.proc.drivers)
     prepared = kubelet_standin.run("prepare", *flags)
@@ -200,7 +202,7 @@ def test_pod_is_prepared_and_released_through_the_kubelets_dra_manager(  # noqa:
     # The CDI spec of each driver names exactly that driver's allocated devices.
     specs = node.dirs.cdi_specs()
     mine = {n: s for n, s in specs.items() if uid in n}
-    assert len(mine) == len(DRIVERS)
+    assert len(mine) == len(SMOKE)
     all_ids: set[str] = set()
     by_request: dict[str, set[str]] = {}
     for r in results:
@@ -232,7 +234,7 @@ def test_pod_is_prepared_and_released_through_the_kubelets_dra_manager(  # noqa:
         )
         assert dev["share_id"] == r.get("shareID")
         assert dev["cdi_device_ids"] == sorted(by_request[r["request"]])
-    for driver in DRIVERS.values():
+    for driver in SMOKE.values():
         assert node.dirs.checkpoint(driver)[uid]["phase"] == "PrepareCompleted"
 
     # Delete the pod; the kubelet unprepares from its checkpoint (the pod object is gone).
@@ -244,7 +246,7 @@ def test_pod_is_prepared_and_released_through_the_kubelets_dra_manager(  # noqa:
     assert unprepared.exit_code == 0, (unprepared.doc, unprepared.stderr[-3000:])
     assert unprepared.doc["unprepared"] is True
     assert not [n for n in node.dirs.cdi_files() if uid in n]
-    for driver in DRIVERS.values():
+    for driver in SMOKE.values():
         assert uid not in node.dirs.checkpoint(driver)
 
     def released() -> bool:

@@ -33,7 +33,7 @@ from tests.e2e.webhookproc import WebhookProcess, make_certificates, webhook_con
 from drakit.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION, TEMPLATE_ANNOTATION
 from drakit.config import DrakitSettings
 from drakit.inventory import build_inventory
-from drakit.runtime import fast_tmp, open_host
+from drakit.runtime import default_sections, fast_tmp, open_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -49,7 +49,10 @@ def webhook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
     with tempfile.TemporaryDirectory(prefix="dk-webhook-", dir=fast_tmp()) as tmp:
         certs = make_certificates(Path(tmp) / "tls")
         proc = WebhookProcess(
-            certs, control_plane.kubeconfig, Path(tmp), config={"plugins": PLUGINS}
+            certs,
+            control_plane.kubeconfig,
+            Path(tmp),
+            config={"plugins": default_sections(PLUGINS)},
         )
         name = f"drakit-e2e-{uuid.uuid4().hex[:6]}"
         mutating, validating = webhook_configurations(
@@ -94,7 +97,7 @@ def classes(control_plane: ControlPlane, webhook: WebhookProcess) -> Iterator[li
 def h200_node(control_plane: ControlPlane, fake_node: Callable[..., dict[str, Any]]) -> str:
     """A fake node publishing the h200 profile's slices; its name."""
     node = str(fake_node()["metadata"]["name"])
-    settings = DrakitSettings(profile=PROFILE, node_name=node, plugins={n: {} for n in PLUGINS})
+    settings = DrakitSettings(profile=PROFILE, node_name=node, plugins=default_sections(PLUGINS))
     with open_host(settings) as host:
         for obj in build_inventory(host).slices():
             control_plane.api("POST", f"{RESOURCE}/resourceslices", obj)
@@ -111,6 +114,7 @@ def pair_numa(control_plane: ControlPlane, node: str) -> dict[str, int]:
         for s in slices
         if s["spec"]["driver"] == "pairs.composite.drakit.io"
         for d in s["spec"].get("devices") or []
+        if d["name"].startswith("pair-")  # the GPUs and NICs share the pairs' driver
     }
 
 

@@ -29,7 +29,7 @@ from drakit.config import DrakitSettings
 from drakit.demo import InMemoryClaims
 from drakit.inventory import build_inventory
 from drakit.models import ClaimRef
-from drakit.runtime import fast_tmp, open_host
+from drakit.runtime import default_sections, fast_tmp, open_host
 from drakit.state import DriverState
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -68,14 +68,15 @@ def classes(control_plane: ControlPlane) -> Iterator[dict[str, dict[str, Any]]]:
 
 def publish(control_plane: ControlPlane, node: str) -> dict[str, int]:
     """Publish the h200 slices for ``node``; pair name -> NUMA node."""
-    settings = DrakitSettings(profile=PROFILE, node_name=node, plugins={n: {} for n in PLUGINS})
+    settings = DrakitSettings(profile=PROFILE, node_name=node, plugins=default_sections(PLUGINS))
     numa: dict[str, int] = {}
     with open_host(settings) as host:
         for obj in build_inventory(host).slices():
             control_plane.api("POST", f"{RESOURCE}/resourceslices", obj)
             if obj["spec"]["driver"] == PAIRS:
                 for d in obj["spec"].get("devices") or []:
-                    numa[d["name"]] = d["attributes"][NUMA]["int"]
+                    if d["name"].startswith("pair-"):  # GPUs and NICs share the driver
+                        numa[d["name"]] = d["attributes"][NUMA]["int"]
     return numa
 
 
@@ -146,7 +147,7 @@ def test_extended_resource_pod_gets_pairs_of_its_numa_node_and_is_prepared(
         settings = DrakitSettings(
             profile=PROFILE,
             node_name=node,
-            plugins={n: {} for n in PLUGINS},
+            plugins=default_sections(PLUGINS),
             state_dir=Path(tmp) / "state",
             cdi_dir=Path(tmp) / "cdi",
         )

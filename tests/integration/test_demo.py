@@ -79,7 +79,8 @@ kind: DeviceClass
 metadata: {name: big-gpu}
 spec:
   selectors:
-  - cel: {expression: 'device.driver == "gpu.nvidia.drakit.io"'}
+  - cel: {expression: 'device.driver == "pairs.composite.drakit.io"'}
+  - cel: {expression: 'device.attributes["pairs.composite.drakit.io"].type == "gpu"'}
 ---
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim

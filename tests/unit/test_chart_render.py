@@ -39,6 +39,27 @@ DRIVERS = {
     "amd_ainic": "ainic.amd.drakit.io",
     "composite": "pairs.composite.drakit.io",
 }
+MEMBERS = ("nvidia_gpu", "amd_gpu", "amd_ainic")
+TYPES = {
+    "nvidia_gpu": ["gpu", "mig"],
+    "amd_gpu": ["amdgpu", "amdgpu-partition"],
+    "amd_ainic": ["pf", "vf", "shared"],
+    "composite": ["gpu-nic-pair"],
+}
+
+
+def compact(types: list[str]) -> str:
+    """A list as Helm's toJson writes it."""
+    return json.dumps(types, separators=(",", ":"))
+
+
+def driver_of(name: str, enabled: tuple[str, ...]) -> str:
+    """With the composite enabled, its members publish under its driver (docs/composite.md)."""
+    if "composite" in enabled and name in MEMBERS:
+        return DRIVERS["composite"]
+    return DRIVERS[name]
+
+
 CLASSES = {
     "cpu": "cpu",
     "nvidia_gpu": "nvidia-gpu",
@@ -108,19 +129,28 @@ def test_template_renders_the_backends(helm: Helm, backend_set: str) -> None:
     # drakit.yaml loads the enabled backends in pluginOrder, each with its driver.
     plugins = drakit_yaml(objects)["plugins"]
     assert list(plugins) == list(enabled)
-    assert {name: section["driver"] for name, section in plugins.items()} == {
-        name: DRIVERS[name] for name in enabled
-    }
-    # One DeviceClass per enabled backend, selecting its driver.
+    drivers = {name: driver_of(name, enabled) for name in enabled}
+    assert {name: section["driver"] for name, section in plugins.items()} == drivers
+    # One DeviceClass per enabled backend, selecting its driver, and under a shared driver its
+    # devices' types.
     classes = {
-        c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
+        c["metadata"]["name"]: [s["cel"]["expression"] for s in c["spec"]["selectors"]]
         for c in by_kind(objects, "DeviceClass")
     }
-    assert classes == {CLASSES[n]: f'device.driver == "{DRIVERS[n]}"' for n in enabled}
+    shared = {n for n in enabled if list(drivers.values()).count(drivers[n]) > 1}
+    assert classes == {
+        CLASSES[n]: [f'device.driver == "{drivers[n]}"']
+        + (
+            [f'device.attributes["{drivers[n]}"].type in {compact(TYPES[n])}']
+            if n in shared
+            else []
+        )
+        for n in enabled
+    }
     # The admission policy lets the node driver write slices of exactly these drivers.
     policy = one(objects, "ValidatingAdmissionPolicy")
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
-    assert json.loads(variables["drivers"]) == [DRIVERS[n] for n in enabled]
+    assert json.loads(variables["drivers"]) == list(dict.fromkeys(drivers.values()))
 
 
 @pytest.mark.parametrize("backend_set", list(BACKEND_SETS))
@@ -338,6 +368,7 @@ def test_device_classes_match_drakit_deviceclasses(
         {
             "name": f"gpu-nic-pair-numa{k}",
             "driver": "pairs.composite.drakit.io",
+            "types": ["gpu-nic-pair"],
             "numaNode": k,
             "extendedResourceName": f"composite.drakit.io/gpu-nic-pair-numa{k}",
         }

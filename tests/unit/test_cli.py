@@ -79,15 +79,16 @@ def test_slices_yaml_are_resource_slices(capsys: pytest.CaptureFixture[str]) -> 
     assert (code, err) == (0, "")
     docs = _slices(out)
     devices = [d for d in docs if "sharedCounters" not in d["spec"]]
+    # the GPUs, NICs and pairs share the composite's driver and pool (8 + 8 + 8 devices), every
+    # GPU and NIC a counter set (16, at most 8 per slice)
     assert {d["spec"]["driver"]: len(d["spec"]["devices"]) for d in devices} == {
-        "ainic.amd.drakit.io": 8,
         "cpu.drakit.io": 2,
-        "gpu.nvidia.drakit.io": 8,
-        "pairs.composite.drakit.io": 8,
+        "pairs.composite.drakit.io": 24,
     }
     counters = [d["spec"] for d in docs if "sharedCounters" in d["spec"]]
     assert [(c["driver"], len(c["sharedCounters"])) for c in counters] == [
-        ("pairs.composite.drakit.io", 8)
+        ("pairs.composite.drakit.io", 8),
+        ("pairs.composite.drakit.io", 8),
     ]
     assert {d["spec"]["nodeName"] for d in docs} == {"h200-8gpu-8ainic"}
     names = [d["metadata"]["name"] for d in docs]

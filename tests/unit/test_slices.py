@@ -489,32 +489,21 @@ def _profile_summary(profile: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-# What each profile publishes with the default backends (cpu, nvidia_gpu, amd_ainic, composite):
-# driver -> (slices, devices). CPU devices are grouped per NUMA node; each GPU-NIC pair has a
-# counter set of its own (GPU memory, NIC bandwidth), published in a slice of counter sets.
+# What each profile publishes with the default backends (cpu, nvidia_gpu, amd_gpu, amd_ainic,
+# composite): driver -> (slices, devices). CPU devices are grouped per NUMA node. With the
+# composite enabled by default, the GPU and NIC backends publish under its driver, every GPU and
+# NIC a counter set (at most 8 per slice, in slices of their own) that the lone device and the
+# GPU-NIC pair holding it both consume, so GPUs, NICs and pairs are one pool.
+PAIRS = "pairs.composite.drakit.io"
 EXPECTED_PROFILES: dict[str, dict[str, tuple[int, int]]] = {
     "minimal-1s": {"cpu.drakit.io": (1, 1)},
     "epyc-genoa-2s": {"cpu.drakit.io": (1, 2)},
     "epyc-genoa-2s-nps4": {"cpu.drakit.io": (1, 8)},
     "spr-2s-snc2": {"cpu.drakit.io": (1, 4)},
-    "dgx-h100": {"cpu.drakit.io": (1, 2), "gpu.nvidia.drakit.io": (1, 8)},
-    "mi300x-8gpu-8ainic": {
-        "cpu.drakit.io": (1, 2),
-        "gpu.amd.drakit.io": (1, 8),
-        "ainic.amd.drakit.io": (1, 8),
-    },
-    "h200-8gpu-8ainic": {
-        "cpu.drakit.io": (1, 2),
-        "gpu.nvidia.drakit.io": (1, 8),
-        "ainic.amd.drakit.io": (1, 8),
-        "pairs.composite.drakit.io": (2, 8),  # 8 pairs + their 8 quota counter sets
-    },
-    "h200-8gpu-8ainic-sriov": {
-        "cpu.drakit.io": (1, 2),
-        "gpu.nvidia.drakit.io": (1, 8),
-        "ainic.amd.drakit.io": (1, 8),
-        "pairs.composite.drakit.io": (2, 8),  # 8 pairs + their 8 quota counter sets
-    },
+    "dgx-h100": {"cpu.drakit.io": (1, 2), PAIRS: (2, 8)},  # 8 GPUs, no NIC: no pairs
+    "mi300x-8gpu-8ainic": {"cpu.drakit.io": (1, 2), PAIRS: (3, 24)},  # 8 + 8 + 8 pairs
+    "h200-8gpu-8ainic": {"cpu.drakit.io": (1, 2), PAIRS: (3, 24)},
+    "h200-8gpu-8ainic-sriov": {"cpu.drakit.io": (1, 2), PAIRS: (3, 24)},
 }
 
 

@@ -30,7 +30,8 @@ def write(tmp_path: Path, text: str, name: str = "f.yaml") -> Path:
     return path
 
 
-ALL = "plugins:\n  cpu: {}\n  nvidia_gpu: {}\n  amd_ainic: {}\n  composite: {}\n"
+SHARED = "    driver: gpu-nic.drakit.io\n"
+ALL = f"plugins:\n  cpu: {{}}\n  nvidia_gpu:\n{SHARED}  amd_ainic:\n{SHARED}  composite:\n{SHARED}"
 
 
 # -- config validate ---------------------------------------------------------------------------
@@ -62,10 +63,9 @@ def test_a_full_configuration_is_valid(tmp_path: Path, capsys: pytest.CaptureFix
         ),
         ("plugins:\n  cpu:\n    driver: ../../x\n", "'../../x' is not a DRA driver name"),
         (
-            "plugins:\n  cpu: {}\n  amd_ainic: {}\n  composite: {}\n",
-            ": plugins.composite.gpu_driver: plugin 'composite' needs driver "
-            "'gpu.nvidia.drakit.io', which no enabled plugin publishes; enable the plugin "
-            "'nvidia_gpu' (plugins.nvidia_gpu) or change gpu_driver",
+            f"plugins:\n  cpu: {{}}\n  amd_ainic:\n{SHARED}  composite:\n{SHARED}",
+            ": plugins.composite.gpu_plugins: none of nvidia_gpu, amd_gpu is enabled; enable "
+            "one of them (plugins.nvidia_gpu) or list the enabled backend here",
         ),
     ],
 )
@@ -88,19 +88,36 @@ def test_composite_alone_names_both_members(
     )
     assert code == 2
     assert [line.split(": ")[1] for line in err] == [
-        "plugins.composite.gpu_driver",
-        "plugins.composite.nic_driver",
+        "plugins.composite.gpu_plugins",
+        "plugins.composite.nic_plugins",
     ]
-    assert "'nvidia_gpu'" in err[0]
-    assert "'amd_ainic'" in err[1]
+    assert "nvidia_gpu" in err[0]
+    assert "amd_ainic" in err[1]
 
 
-def test_a_renamed_member_driver_satisfies_composite(
+def test_members_under_their_own_drivers_are_refused_naming_both_sections(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = "plugins:\n  nvidia_gpu: {}\n  amd_ainic: {}\n  composite: {}\n"
+    code, _, err = run(["config", "validate", str(write(tmp_path, text))], capsys)
+    assert code == 2
+    assert [line.split(": ")[1] for line in err] == [
+        "plugins.nvidia_gpu.driver",
+        "plugins.amd_ainic.driver",
+    ]
+    assert (
+        "plugin 'nvidia_gpu' publishes under 'gpu.nvidia.drakit.io' but plugins.composite "
+        "publishes under 'pairs.composite.drakit.io'"
+    ) in err[0]
+    assert "set plugins.amd_ainic.driver and plugins.composite.driver to the same name" in err[1]
+
+
+def test_members_renamed_to_the_composite_driver_satisfy_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = (
-        "plugins:\n  nvidia_gpu:\n    driver: gpu.example.com\n  amd_ainic: {}\n"
-        "  composite:\n    gpu_driver: gpu.example.com\n"
+        "plugins:\n  nvidia_gpu:\n    driver: pairs.composite.drakit.io\n"
+        "  amd_ainic:\n    driver: pairs.composite.drakit.io\n  composite: {}\n"
     )
     code, _, err = run(["config", "validate", str(write(tmp_path, text))], capsys)
     assert (code, err) == (0, [])

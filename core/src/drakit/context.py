@@ -3,17 +3,43 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from drakit.config import PluginSettings
-from drakit.models import NodeInfo
+from drakit.errors import PermanentError
+from drakit.models import ClaimInfo, NodeInfo, PreparedDevice
 from drakit.strategy_models import SelectionRequest, SelectionResult
 
-__all__ = ["PluginContext"]
+__all__ = ["Members", "PluginContext"]
 
 S = TypeVar("S", bound=PluginSettings)
+
+
+def _no_host(*_: object) -> Any:
+    raise PermanentError("members are prepared through the plugin host; this context has none")
+
+
+@dataclass(frozen=True)
+class Members:
+    """Prepare and unprepare member devices through the plugins that own them (composites).
+
+    Only inside this plugin's own ``drakit_prepare_devices`` call, and only for plugins under
+    this plugin's driver. Core records what each member returns in the checkpoint under that
+    member's name, durably, before the next member is asked, and undoes it on unprepare like a
+    device the member prepared alone; so a composite never imports a member and never unprepares
+    members itself, except to roll back a prepare that failed half way.
+
+    Attributes:
+        prepare: ``prepare(plugin, claim)``: that plugin's ``drakit_prepare_devices`` for
+            ``claim`` (the member devices, in the member's device names), with what the plugin
+            holds for other claims; its ``PreparedDevice`` list.
+        unprepare: ``unprepare(plugin, claim_uid, prepared)``: undo what ``prepare`` returned.
+    """
+
+    prepare: Callable[[str, ClaimInfo], list[PreparedDevice]] = _no_host
+    unprepare: Callable[[str, str, Sequence[PreparedDevice]], None] = _no_host
 
 
 @dataclass(frozen=True)
@@ -36,6 +62,11 @@ class PluginContext:
             last published slices (``consumesCounters`` where ``DRAPartitionableDevices`` is
             off); empty without a cluster or while it keeps everything. A backend may publish
             without the feature when it sees its field here.
+        peers: every enabled backend (this one included) -> the DRA driver it publishes
+            under, in configuration order. A backend whose driver another backend shares (a
+            composite and its members, ``docs/composite.md``) publishes every physical device
+            as a counter set its devices consume, so that devices built from it can share it.
+        members: prepare devices through the plugins that own them (:class:`Members`).
     """
 
     name: str
@@ -47,6 +78,13 @@ class PluginContext:
     log: logging.Logger
     libraries: Mapping[str, Any] = field(default_factory=dict)
     dropped_fields: Callable[[], frozenset[str]] = frozenset
+    peers: Mapping[str, str] = field(default_factory=dict)
+    members: Members = field(default_factory=Members)
+
+    @property
+    def shares_driver(self) -> bool:
+        """Another enabled backend publishes under this backend's driver."""
+        return any(d == self.driver_name for n, d in self.peers.items() if n != self.name)
 
     def settings_as(self, model: type[S]) -> S:
         """This plugin's settings as its own model (typed access for the plugin's code).

@@ -14,7 +14,7 @@ import json
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,11 @@ from drakit.allocator import AllocationError, Allocator, DeviceClass, ResourceCl
 from drakit.allocator import Node as AllocNode
 from drakit.allocator.api import ClaimSpec
 from drakit.config import DrakitSettings, load_settings, validation_errors
+from drakit.deviceclasses import DeviceClassSpec, render_device_classes
 from drakit.errors import ConfigInvalid, PermanentError
 from drakit.explain import explain_text
 from drakit.kubelet.client import KubeletClient
-from drakit.models import ClaimRef, Device
+from drakit.models import ClaimRef, Device, DeviceKey
 from drakit.node import Node
 from drakit.runtime import fast_tmp
 from drakit.strategy_models import SimpleRequest
@@ -48,11 +49,13 @@ __all__ = [
 ]
 
 DEFAULT_DEMO_PROFILE = "h200-8gpu-8ainic"
+PAIRS_DRIVER = "pairs.composite.drakit.io"
+"""The driver the GPUs, NICs and pairs share in the demo (``docs/composite.md``)."""
 DEMO_PLUGINS: dict[str, dict[str, Any]] = {
     "cpu": {"policy": "packed"},
-    "nvidia_gpu": {},
-    "amd_ainic": {},
-    "composite": {"strategy": "numa-preferred"},
+    "nvidia_gpu": {"driver": PAIRS_DRIVER},
+    "amd_ainic": {"driver": PAIRS_DRIVER},
+    "composite": {"strategy": "numa-preferred", "driver": PAIRS_DRIVER},
 }
 
 
@@ -176,7 +179,7 @@ def _show(
             f"{server.dra_socket.relative_to(root)}"
         )
 
-    classes = demo_classes(host.driver_names())
+    classes = demo_classes(host.driver_names(), host.device_classes())
     if claim_file is not None:
         devices, title, extra = read_claim_file(claim_file)
         classes.update(extra)
@@ -194,26 +197,26 @@ def _show(
     }
 
 
-def demo_classes(drivers: Mapping[str, str]) -> dict[str, DeviceClass]:
-    """One DeviceClass per backend, named after the driver and after the plugin.
+def demo_classes(
+    drivers: Mapping[str, str], contributed: Mapping[str, Sequence[DeviceClassSpec] | None]
+) -> dict[str, DeviceClass]:
+    """The backends' DeviceClasses (``drakit deviceclasses``), and one per driver name.
 
-    Plugin names are written as DNS labels (``cpu``, ``nvidia-gpu``, ...); ``gpu-nic-pair`` is
-    the composite backend's.
+    A class named after a driver selects every device of that driver (under a driver that the
+    composite shares with its members: the GPUs, the NICs and the pairs).
     """
     out: dict[str, DeviceClass] = {}
-    for plugin, driver in drivers.items():
-        names = {driver, plugin.replace("_", "-")}
-        if plugin == "composite":
-            names.add("gpu-nic-pair")
-        for name in names:
-            out[name] = DeviceClass.model_validate(
-                {
-                    "metadata": {"name": name},
-                    "spec": {
-                        "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]
-                    },
-                }
-            )
+    for driver in drivers.values():
+        out[driver] = DeviceClass.model_validate(
+            {
+                "metadata": {"name": driver},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+            }
+        )
+    for obj in render_device_classes(drivers, contributed, {}):
+        out[obj["metadata"]["name"]] = DeviceClass.model_validate(
+            {"metadata": {"name": obj["metadata"]["name"]}, "spec": obj["spec"]}
+        )
     return out
 
 
@@ -265,6 +268,12 @@ def example_claim(node: Node) -> tuple[dict[str, Any], str]:
         raise PermanentError("the demo node did not start")
     drivers = host.driver_names()
     found = {p.driver for p in inv.pools if p.devices}
+    # backends that published devices (drivers may be shared: GPUs, NICs and pairs)
+    owning = {
+        host.owner_of(DeviceKey(driver=p.driver, pool=p.pool, device=d.name))
+        for p in inv.pools
+        for d in p.devices
+    }
     requests: list[dict[str, Any]] = []
     constraints: list[dict[str, Any]] = []
     config: list[dict[str, Any]] = []
@@ -273,7 +282,7 @@ def example_claim(node: Node) -> tuple[dict[str, Any], str]:
         ("composite", "gpu-nic-pair", "GPU-NIC pairs"),
         ("nvidia_gpu", "nvidia-gpu", "GPUs"),
     ):
-        if drivers.get(plugin) in found:
+        if plugin in owning:
             shaped = host.shape(
                 "numa-preferred", SimpleRequest(name="accel", device_class=cls, count=2)
             )

@@ -31,6 +31,7 @@ __all__ = [
     "DeviceClassSpec",
     "default_class_name",
     "render_device_classes",
+    "type_selector",
 ]
 
 API_VERSION = "resource.k8s.io/v1"
@@ -104,6 +105,17 @@ class DeviceClassSettings(BaseModel):
     @classmethod
     def _extended(cls, v: str | None) -> str | None:
         return _extended_resource(v)
+
+
+def type_selector(driver: str, types: Sequence[str]) -> str:
+    """The CEL selector for devices whose ``type`` attribute is one of ``types``.
+
+    Backends that share one driver (a composite and its members) tell their classes apart by
+    it: ``device.attributes["pairs.composite.drakit.io"].type in ["gpu","mig"]``. The list is
+    written as Helm's ``toJson`` writes it, so the chart renders the same expression.
+    """
+    listed = json.dumps(list(types), separators=(",", ":"))
+    return f"device.attributes[{json.dumps(driver)}].type in {listed}"
 
 
 def default_class_name(plugin: str) -> str:

@@ -4,7 +4,9 @@ The crash tests start ``drakit node`` with ``DRAKIT_CRASH_AT=<point>[,<point>...
 the kubelet's call after the restart. A named point kills the process with SIGKILL (no cleanup,
 exactly like ``kill -9``). Points: ``prepare-after-get``, ``prepare-after-plugin``,
 ``prepare-after-cdi``, ``prepare-after-checkpoint``, ``unprepare-after-plugin``,
-``unprepare-after-cdi``, ``unprepare-after-checkpoint``. Unset in production: one environment
+``unprepare-after-cdi``, ``unprepare-after-checkpoint``; and ``prepare-after-member``, after a
+composite's member has prepared and been recorded (before the next member is asked; not in
+:data:`CRASH_POINTS`, whose claims have no composite). Unset in production: one environment
 lookup per point.
 """
 

@@ -111,12 +111,16 @@ def drakit_enrich_devices(
 
 @hookspec
 def drakit_compose_devices(
-    node: NodeInfo, devices: Mapping[DeviceKey, Device]
+    node: NodeInfo, devices: Mapping[DeviceKey, Device], owners: Mapping[DeviceKey, str]
 ) -> DeviceInventory | None:
     """Contribute devices composed of other plugins' devices (e.g. GPU-NIC pairs).
 
-    Called after enrichment with every discovered and enriched device. A composite plugin
-    reads member devices only through this argument; it never imports another plugin.
+    Called after enrichment with every discovered and enriched device, and the plugin that
+    discovered each (``owners``: device -> plugin name), so a composite tells its members
+    apart even when they publish under one driver. A composite plugin reads member devices
+    only through these arguments; it never imports another plugin. A composed device that
+    must never be allocated together with a member consumes the member's counter sets
+    (KEP-4815), which works only in one pool of one driver (``docs/composite.md``).
 
     Returns:
         The composed devices (and their counter sets), owned by the composing plugin, or

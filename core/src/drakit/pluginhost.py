@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from drakit import hookspecs
 from drakit.config import DrakitSettings, PluginSettings, known_keys, validation_errors
-from drakit.context import PluginContext
+from drakit.context import Members, PluginContext
 from drakit.deviceclasses import DeviceClassSpec
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, PluginLoadError
 from drakit.models import (
@@ -44,6 +45,7 @@ __all__ = [
     "STRATEGY_GROUP",
     "Discovered",
     "InstalledEntry",
+    "MemberSession",
     "PluginHost",
     "installed_plugins",
     "installed_strategies",
@@ -62,6 +64,18 @@ class BackendClass(Protocol):
     default_driver: ClassVar[str]
 
     def __call__(self, context: PluginContext) -> object: ...
+
+
+class MemberSession(Protocol):
+    """What the prepare pipeline lends a plugin's prepare call for its members' devices."""
+
+    def prepare(self, plugin: str, claim: ClaimInfo) -> list[PreparedDevice]:
+        """Prepare ``claim`` through ``plugin`` and record the result."""
+        ...
+
+    def unprepare(self, plugin: str, claim_uid: str, prepared: Sequence[PreparedDevice]) -> None:
+        """Undo ``prepared`` through ``plugin`` and forget it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -196,6 +210,7 @@ class PluginHost:
         self._subset: dict[tuple[str, str], Callable[..., Any]] = {}
         self.on_plugin_error: Callable[[str, str], None] | None = None
         """Called as ``(plugin, hook)`` when a hook raises (the node counts these in metrics)."""
+        self._calls = threading.local()  # the member session of the prepare running here
         self._load_backends()
         self._load_strategies()
         for name, obj in (extra_plugins or {}).items():
@@ -232,8 +247,12 @@ class PluginHost:
             validated.append((name, cls, section))
         if errors:
             raise ConfigInvalid(errors, source="configuration")
+        peers = {
+            name: section.driver or str(getattr(cls, "default_driver", f"{name}.drakit.io"))
+            for name, cls, section in validated
+        }
         for name, cls, section in validated:
-            driver: str = section.driver or str(getattr(cls, "default_driver", f"{name}.drakit.io"))
+            driver = peers[name]
             ctx = PluginContext(
                 name=name,
                 settings=section,
@@ -244,9 +263,16 @@ class PluginHost:
                 log=logging.getLogger(f"drakit.plugin.{name}"),
                 libraries=self.libraries,
                 dropped_fields=functools.partial(self._dropped, driver),
+                peers=dict(peers),
+                members=Members(
+                    prepare=functools.partial(self._member_prepare, name),
+                    unprepare=functools.partial(self._member_unprepare, name),
+                ),
             )
             try:
                 obj = cls(ctx)
+            except ConfigInvalid:  # names the setting and the fix already
+                raise
             except Exception as e:  # a vendor constructor can fail in any way
                 raise PluginLoadError(name, f"failed to start: {e!r}") from e
             self._register(name, obj)
@@ -332,7 +358,7 @@ class PluginHost:
         self._enrich(out)
         for name in self.backends:
             inv = self._only(name, "drakit_compose_devices")(
-                node=self.node, devices=dict(out.devices)
+                node=self.node, devices=dict(out.devices), owners=dict(out.owners)
             )
             self._add_inventory(out, name, inv)
         return out
@@ -427,13 +453,50 @@ class PluginHost:
         )
 
     def prepare(
-        self, plugin: str, claim: ClaimInfo, held: Sequence[PreparedDevice] = ()
+        self,
+        plugin: str,
+        claim: ClaimInfo,
+        held: Sequence[PreparedDevice] = (),
+        members: MemberSession | None = None,
     ) -> list[PreparedDevice]:
-        """Call ``plugin``'s prepare hook for its devices of ``claim``."""
-        res = self._only(plugin, "drakit_prepare_devices")(claim=claim, held=list(held))
+        """Call ``plugin``'s prepare hook for its devices of ``claim``.
+
+        ``members`` serves the plugin's :attr:`PluginContext.members` during the call (the
+        prepare pipeline records member results in the checkpoint).
+        """
+        outer = getattr(self._calls, "session", None)
+        self._calls.session = (plugin, members) if members is not None else None
+        try:
+            res = self._only(plugin, "drakit_prepare_devices")(claim=claim, held=list(held))
+        finally:
+            self._calls.session = outer
         if res is None:
             raise PermanentError(f"plugin {plugin!r} does not implement drakit_prepare_devices")
         return list(res)
+
+    def _session(self, caller: str, member: str) -> MemberSession:
+        session = getattr(self._calls, "session", None)
+        if session is None or session[0] != caller:
+            raise PermanentError(
+                f"plugin {caller!r} asked for member {member!r} outside its own prepare call"
+            )
+        driver = self.contexts[caller].driver_name
+        ctx = self.contexts.get(member)
+        if member == caller or ctx is None or ctx.driver_name != driver:
+            others = [p for p in self.plugins_for_driver(driver) if p != caller]
+            raise PermanentError(
+                f"plugin {caller!r} cannot prepare through {member!r}: members are the other "
+                f"enabled plugins of driver {driver!r} ({', '.join(others) or 'none'})"
+            )
+        return cast("MemberSession", session[1])
+
+    def _member_prepare(self, caller: str, member: str, claim: ClaimInfo) -> list[PreparedDevice]:
+        return self._session(caller, member).prepare(member, claim)
+
+    def _member_unprepare(
+        self, caller: str, member: str, claim_uid: str, prepared: Sequence[PreparedDevice]
+    ) -> None:
+        self._session(caller, member).unprepare(member, claim_uid, prepared)
 
     def unprepare(self, plugin: str, claim_uid: str, prepared: Sequence[PreparedDevice]) -> None:
         """Call ``plugin``'s unprepare hook."""

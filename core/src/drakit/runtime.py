@@ -11,18 +11,20 @@ real node nothing of :mod:`drakit.sim` is loaded.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from drakit.config import DrakitSettings
 from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost, installed_plugins
+from drakit.pluginhost import PLUGIN_GROUP, PluginHost, installed_plugins, load_entry_points
 from drakit.simseam import fast_tmp, is_simulated, simulator
 
 __all__ = [
+    "COMPOSED",
     "DEFAULT_PLUGINS",
     "default_node_name",
+    "default_sections",
     "effective_settings",
     "fast_tmp",
     "open_host",
@@ -31,6 +33,10 @@ __all__ = [
 
 DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_gpu", "amd_ainic", "composite")
 """Backends enabled when the configuration names none: those of these that are installed."""
+
+COMPOSED = ("nvidia_gpu", "amd_gpu", "amd_ainic")
+"""Default backends that publish under the composite's driver when it is enabled by default
+(a pair shares counters with its members only in one driver's pool, ``docs/composite.md``)."""
 
 
 def default_node_name(settings: DrakitSettings) -> str:
@@ -47,8 +53,23 @@ def effective_settings(settings: DrakitSettings) -> DrakitSettings:
     if settings.plugins:
         return settings
     installed = {e.name for e in installed_plugins()}
-    plugins: dict[str, dict[str, object]] = {n: {} for n in DEFAULT_PLUGINS if n in installed}
+    plugins = default_sections([n for n in DEFAULT_PLUGINS if n in installed])
     return settings.model_copy(update={"plugins": plugins})
+
+
+def default_sections(names: Sequence[str]) -> dict[str, dict[str, object]]:
+    """Empty sections for ``names``, :data:`COMPOSED` under the composite's driver if it is one.
+
+    What the defaults and ``drakit claim validate`` (every installed backend) load.
+    """
+    plugins: dict[str, dict[str, object]] = {n: {} for n in names}
+    if "composite" in plugins:
+        [(_, composite)] = load_entry_points(PLUGIN_GROUP, ["composite"])
+        shared = str(composite.default_driver)
+        for name in COMPOSED:
+            if name in plugins:
+                plugins[name] = {"driver": shared}
+    return plugins
 
 
 @contextmanager

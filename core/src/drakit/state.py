@@ -710,9 +710,11 @@ class DriverState:
                 claim = ClaimInfo(
                     namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs)
                 )
-                got = self.host.prepare(plugin, claim, self._held(cp, plugin, ref.uid))
+                members = _MemberSession(self, cp, ref.uid, where)
+                got = self.host.prepare(plugin, claim, self._held(cp, plugin, ref.uid), members)
                 self._check_prepared(where, plugin, devs, got)
                 prepared[plugin] = got
+                rec = cp.claims[ref.uid]  # with what members prepared for this plugin
                 rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: got}})
                 cp.claims[ref.uid] = rec
             crash_point("prepare-after-plugin")
@@ -744,6 +746,9 @@ class DriverState:
             update={"cdi_spec": name, "results": results, "phase": ClaimPhase.PREPARE_COMPLETED}
         )
         return ""
+
+    def _save(self, cp: Checkpoint) -> None:
+        self.store.save(cp)
 
     @staticmethod
     def _holders(cp: Checkpoint) -> dict[tuple[str, str], list[tuple[str, str, bool]]]:
@@ -978,3 +983,50 @@ class DriverState:
             log.exception("unprepare of %s (uid %s) failed in a plugin", where, ref.uid)
             return f"{where}: internal error in a plugin: {_show(repr(e))}"
         return ""
+
+
+class _MemberSession:
+    """``PluginContext.members`` during one plugin's prepare of one claim (composites).
+
+    A member plugin is put on the claim's record before it is called and what it returns right
+    after, each durably, under the member's own name: an unprepare, also after a kill between
+    two members, reaches every member that was asked, with what it had returned (or nothing),
+    and ``held`` shows every member what it holds for other claims, pairs included.
+    """
+
+    def __init__(self, state: DriverState, cp: Checkpoint, uid: str, where: str) -> None:
+        self.state, self.cp, self.uid, self.where = state, cp, uid, where
+
+    def _record(self, plugin: str, devices: list[PreparedDevice]) -> None:
+        rec = self.cp.claims[self.uid]
+        self.cp.claims[self.uid] = rec.model_copy(
+            update={"prepared": {**rec.prepared, plugin: devices}}
+        )
+        self.state._save(self.cp)
+
+    def prepare(self, plugin: str, claim: ClaimInfo) -> list[PreparedDevice]:
+        before = list(self.cp.claims[self.uid].prepared.get(plugin, []))
+        if plugin not in self.cp.claims[self.uid].prepared:
+            self._record(plugin, [])
+        got = self.state.host.prepare(
+            plugin,
+            claim,
+            DriverState._held(self.cp, plugin, self.uid),
+        )
+        DriverState._check_prepared(self.where, plugin, list(claim.devices), got)
+        keys = {(p.request, p.pool, p.device) for p in got}
+        self._record(plugin, [p for p in before if (p.request, p.pool, p.device) not in keys] + got)
+        crash_point("prepare-after-member")
+        return got
+
+    def unprepare(self, plugin: str, claim_uid: str, prepared: Sequence[PreparedDevice]) -> None:
+        if claim_uid != self.uid:
+            raise PermanentError(f"members of claim {self.uid} cannot unprepare claim {claim_uid}")
+        self.state.host.unprepare(plugin, claim_uid, prepared)
+        keys = {(p.request, p.pool, p.device) for p in prepared}
+        left = [
+            p
+            for p in self.cp.claims[self.uid].prepared.get(plugin, [])
+            if (p.request, p.pool, p.device) not in keys
+        ]
+        self._record(plugin, left)

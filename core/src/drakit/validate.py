@@ -8,8 +8,9 @@ a cluster or reads hardware.
 unknown keys), that each enabled plugin is installed and accepts its section, that each named
 strategy (``strategy``, ``publish_strategy``) is installed, that driver names are DNS
 subdomains, and that a plugin's prerequisites are enabled: a setting named ``*_driver`` names
-the DRA driver of another plugin (``composite``'s ``gpu_driver`` and ``nic_driver``), and
-some enabled plugin must publish it.
+the DRA driver of another plugin, and some enabled plugin must publish it; a setting named
+``*_plugins`` names member plugins (``composite``'s ``gpu_plugins`` and ``nic_plugins``): one
+of them must be enabled, and each enabled one must publish under the naming plugin's driver.
 
 ``claim validate`` checks ResourceClaims, ResourceClaimTemplates and DeviceClasses
 (``resource.k8s.io``) as the API server would check their opaque configuration (driver name,
@@ -49,7 +50,7 @@ from drakit.pluginhost import (
     installed_strategies,
     load_entry_points,
 )
-from drakit.runtime import effective_settings
+from drakit.runtime import default_sections, effective_settings
 
 __all__ = ["Problem", "validate_claim_files", "validate_config"]
 
@@ -203,6 +204,42 @@ def _prerequisites(
                     f" {hint} or change {field}",
                 )
             )
+        out += _members(file, name, model, drivers)
+    return out
+
+
+def _members(file: Path, name: str, model: Any, drivers: Mapping[str, str]) -> list[Problem]:
+    """Settings named ``*_plugins``: one member enabled, every enabled one under our driver."""
+    out: list[Problem] = []
+    for field in type(model).model_fields:
+        value = getattr(model, field)
+        if not field.endswith("_plugins") or not isinstance(value, tuple | list) or not value:
+            continue
+        members = [str(m) for m in value]
+        enabled = [m for m in members if m in drivers and m != name]
+        path = f"plugins.{name}.{field}"
+        if not enabled:
+            out.append(
+                Problem(
+                    _source(file, path),
+                    path,
+                    f"none of {', '.join(members)} is enabled; enable one of them "
+                    f"(plugins.{members[0]}) or list the enabled backend here",
+                )
+            )
+        for m in enabled:
+            if drivers[m] != drivers[name]:
+                where = f"plugins.{m}.driver"
+                out.append(
+                    Problem(
+                        _source(file, where),
+                        where,
+                        f"plugin {m!r} publishes under {drivers[m]!r} but plugins.{name} "
+                        f"publishes under {drivers[name]!r} and lists it in {field}; members "
+                        f"share counters only inside one driver's pool, so set {where} and "
+                        f"plugins.{name}.driver to the same name",
+                    )
+                )
     return out
 
 
@@ -280,7 +317,7 @@ def _host(config: Path | None) -> PluginHost | None:
     settings = load_settings(config) if config else DrakitSettings()
     if not settings.plugins:
         settings = settings.model_copy(
-            update={"plugins": {e.name: {} for e in installed_plugins()}}
+            update={"plugins": default_sections([e.name for e in installed_plugins()])}
         )
     return PluginHost(
         settings.model_copy(update={"publish_strategy": None}),

@@ -184,14 +184,21 @@ def test_every_profile_pairs_optimally(profile: str, drakit_sim_node: SimNodeFac
         assert isinstance(plugin, CompositePlugin)
         pci = {f.bdf: f for f in read_pci_functions(root)}
         members: dict[str, list[Member]] = {"gpu": [], "nic": []}
+        s = plugin.settings
         for key, dev in found.devices.items():
             bus = dev.attributes.get("resource.kubernetes.io/pciBusID")
-            kind = {plugin.settings.gpu_driver: "gpu", plugin.settings.nic_driver: "nic"}.get(
-                key.driver
+            typed = dev.attributes.get("type")
+            owner, kind = found.owners[key], typed.value if typed else None
+            role = (
+                "gpu"
+                if owner in s.gpu_plugins and kind in s.gpu_types
+                else "nic"
+                if owner in s.nic_plugins and kind in s.nic_types
+                else None
             )
-            if kind and bus is not None and str(bus.value) in pci:
-                members[kind].append(Member(key.device, pci[str(bus.value)]))
-        pairs = plugin.pairs(found.devices, str(root))
+            if role and bus is not None and str(bus.value) in pci:
+                members[role].append(Member(key.device, pci[str(bus.value)]))
+        pairs = plugin.pairs(found.devices, found.owners, str(root))
     assert score(pairs) == exhaustive_dp(members["gpu"], members["nic"])
     if members["gpu"] and members["nic"]:
         assert len(pairs) == min(len(members["gpu"]), len(members["nic"]))

@@ -44,13 +44,38 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toJson $names -}}
 {{- end -}}
 
-{{/* The driver names of the enabled backends, as a JSON list. */}}
+{{/* The driver a backend publishes under: with the composite enabled, its members publish under
+the composite's driver (pairs share counters with their members only in one driver's pool,
+docs/composite.md). Call with (dict "root" $ "name" <backend>). */}}
+{{- define "drakit.driverOf" -}}
+{{- $v := .root.Values -}}
+{{- $c := $v.backends.composite | default dict -}}
+{{- if and $c.enabled (has .name ($c.members | default list)) -}}
+{{- $c.driver -}}
+{{- else -}}
+{{- (index $v.backends .name).driver -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when another enabled backend publishes under the same driver as .name. */}}
+{{- define "drakit.sharesDriver" -}}
+{{- $mine := include "drakit.driverOf" . -}}
+{{- $shared := false -}}
+{{- range $other := include "drakit.enabled" .root | fromJsonArray -}}
+{{- if and (ne $other $.name) (eq (include "drakit.driverOf" (dict "root" $.root "name" $other)) $mine) -}}
+{{- $shared = true -}}
+{{- end -}}
+{{- end -}}
+{{- $shared -}}
+{{- end -}}
+
+{{/* The driver names of the enabled backends, as a JSON list (each once). */}}
 {{- define "drakit.drivers" -}}
 {{- $drivers := list -}}
 {{- range $name := include "drakit.enabled" . | fromJsonArray -}}
-{{- $drivers = append $drivers (index $.Values.backends $name).driver -}}
+{{- $drivers = append $drivers (include "drakit.driverOf" (dict "root" $ "name" $name)) -}}
 {{- end -}}
-{{- toJson $drivers -}}
+{{- toJson ($drivers | uniq) -}}
 {{- end -}}
 
 {{/* true when an enabled backend needs a privileged container. */}}
@@ -69,6 +94,6 @@ plugins:
 {{- range $name := include "drakit.enabled" . | fromJsonArray }}
 {{- $b := index $.Values.backends $name }}
   {{ $name }}:
-    {{- toYaml (merge (dict "driver" $b.driver) ($b.config | default dict)) | nindent 4 }}
+    {{- toYaml (merge (dict "driver" (include "drakit.driverOf" (dict "root" $ "name" $name))) ($b.config | default dict)) | nindent 4 }}
 {{- end }}
 {{- end -}}

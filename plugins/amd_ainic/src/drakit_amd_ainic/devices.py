@@ -6,6 +6,13 @@
   ``queues``, ``bandwidth`` (Gbps) and ``vfs`` (places on the PF's VF pool), each with a
   request policy; prepare gives every share its own VF.
 * ``none``: not published (left to another agent, e.g. the classic device plugin).
+
+When the driver is shared with a composite backend (``docs/composite.md``),
+:func:`with_counter_sets` makes every published PF (``pf`` and ``shared``) a counter set
+``<nic>-counter-set`` that its device consumes whole and a GPU-NIC pair holding it consumes the
+same. The scheduler charges a multi-allocatable device's counters once, when its first share is
+allocated, and keeps them while any share is left, so a shared NIC and a pair exclude each other
+without the shares excluding one another.
 """
 
 from __future__ import annotations
@@ -20,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from drakit.errors import ConfigInvalid
-from drakit.models import Device, DeviceAttribute, DeviceCapacity, RequestPolicy, ValidRange
+from drakit.models import (
+    CounterConsumption,
+    CounterSet,
+    Device,
+    DeviceAttribute,
+    DeviceCapacity,
+    RequestPolicy,
+    ValidRange,
+)
 from drakit.sysfs import standard_pci_attributes
 from drakit_amd_ainic.discovery import Ainic, NicFunction, SysfsCache, read_vfs
 from drakit_amd_ainic.settings import AmdAinicSettings, Mode
@@ -34,6 +49,7 @@ __all__ = [
     "build_devices",
     "modes",
     "pool_size",
+    "with_counter_sets",
 ]
 
 log = logging.getLogger(__name__)
@@ -374,6 +390,29 @@ def _plain_device(
         key,
         lambda: Device(name=name, attributes=_typed(attrs), capacity=_plain_capacity(fn)),
     )
+
+
+def with_counter_sets(
+    devices: list[Device], published: Mapping[str, Published]
+) -> tuple[list[Device], list[CounterSet]]:
+    """``devices`` with every PF (``pf``, ``shared``) consuming a counter set of its own, whole.
+
+    The set holds the PF's ``bandwidth`` in Gbps (one ``nic`` when the link speed is unknown).
+    """
+    out: list[Device] = []
+    sets: list[CounterSet] = []
+    for dev in devices:
+        what = published.get(dev.name)
+        if what is None or what.mode not in ("pf", "shared"):
+            out.append(dev)
+            continue
+        gbps = (what.function.speed_mbps or 0) // 1000
+        counters = {BANDWIDTH: str(gbps)} if gbps else {"nic": "1"}
+        cs = CounterSet(name=f"{dev.name}-counter-set", counters=counters)
+        sets.append(cs)
+        use = CounterConsumption(counter_set=cs.name, counters=dict(counters))
+        out.append(dev.model_copy(update={"consumes_counters": (use,)}))
+    return out, sets
 
 
 def _plain_capacity(fn: NicFunction) -> dict[str, DeviceCapacity]:

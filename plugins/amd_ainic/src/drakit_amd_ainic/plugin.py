@@ -17,12 +17,13 @@ from pydantic import BaseModel
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
+from drakit.deviceclasses import DeviceClassSpec, default_class_name, type_selector
 from drakit.errors import RetryableError
 from drakit.hookspecs import hookimpl
 from drakit.models import ClaimInfo, DeviceHealth, DeviceInventory, NodeInfo, PreparedDevice
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import parse_nic_config
-from drakit_amd_ainic.devices import DiscoveryCache, Published, build_devices
+from drakit_amd_ainic.devices import DiscoveryCache, Published, build_devices, with_counter_sets
 from drakit_amd_ainic.discovery import read_ainics
 from drakit_amd_ainic.health import device_health
 from drakit_amd_ainic.ledger import Ledger
@@ -77,7 +78,10 @@ class AmdAinicPlugin:
             nics, self.settings, Path(node.sysfs_root), self._cache, node.labels
         )
         self._view = _View(published=published)
-        return DeviceInventory(devices=tuple(devices))
+        if not self.ctx.shares_driver:
+            return DeviceInventory(devices=tuple(devices))
+        devices, sets = with_counter_sets(devices, published)
+        return DeviceInventory(devices=tuple(devices), counter_sets=tuple(sets))
 
     @hookimpl
     def drakit_parse_config(
@@ -115,3 +119,15 @@ class AmdAinicPlugin:
         if request.kind != SELECTION_KIND or strategy != LEAST_LOADED:
             return None
         return least_loaded(request)
+
+    @hookimpl
+    def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:
+        """The default class; under a shared driver narrowed to PFs, VFs and shared NICs."""
+        if not self.ctx.shares_driver:
+            return None
+        return [
+            DeviceClassSpec(
+                name=default_class_name(self.ctx.name),
+                selectors=(type_selector(driver, ("pf", "vf", "shared")),),
+            )
+        ]

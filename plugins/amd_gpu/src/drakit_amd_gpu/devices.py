@@ -7,7 +7,9 @@ and render numbers change across boots): ``productName``, ``family`` (``CDNA3``)
 ``memory`` and ``computeUnits``. A GPU whose KFD topology shows several compute partitions
 (DPX, QPX, CPX) is also a counter set: the full GPU consumes all of its XCCs and memory, each
 partition (``type: amdgpu-partition``, ``<gpu>-<mode>-<k>``) its own, so the scheduler never
-hands out the whole GPU together with one of its partitions.
+hands out the whole GPU together with one of its partitions. With ``whole_counters`` (the
+driver is shared with a composite backend, ``docs/composite.md``) every GPU is a counter set,
+partitioned or not, which the full GPU (and a GPU-NIC pair holding it) consumes whole.
 """
 
 from __future__ import annotations
@@ -80,7 +82,11 @@ def _common(gpu: AmdGpu) -> dict[str, DeviceAttribute]:
 
 
 def build_inventory(
-    gpus: Sequence[AmdGpu], *, partitions: bool, taints: Mapping[str, Sequence[DeviceTaint]]
+    gpus: Sequence[AmdGpu],
+    *,
+    partitions: bool,
+    taints: Mapping[str, Sequence[DeviceTaint]],
+    whole_counters: bool = False,
 ) -> tuple[DeviceInventory, dict[str, Published]]:
     """Devices (and counter sets) for every GPU, and what each device name stands for.
 
@@ -88,6 +94,7 @@ def build_inventory(
         gpus: what sysfs showed.
         partitions: publish the partitions of partitioned GPUs.
         taints: device name of a full GPU -> taints for it and its partitions.
+        whole_counters: every GPU is a counter set its full device consumes whole.
     """
     devices: list[Device] = []
     sets: list[CounterSet] = []
@@ -106,13 +113,15 @@ def build_inventory(
         split = partitions and gpu.partitioned
         consumes: tuple[CounterConsumption, ...] = ()
         cs: CounterSet | None = None
-        if split:
+        if split or whole_counters:
             counters = {"xcc": str(xcc)}
             if gpu.vram_bytes:
                 counters["memory"] = str(gpu.vram_bytes)
             cs = CounterSet(name=f"{name}-counters", counters=counters)
             sets.append(cs)
             consumes = (CounterConsumption(counter_set=cs.name, counters=dict(counters)),)
+            if not split:
+                cs = None  # a counter set for the pairs only: no partitions
         devices.append(
             Device(
                 name=name,

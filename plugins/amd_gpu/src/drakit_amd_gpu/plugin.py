@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
+from drakit.deviceclasses import DeviceClassSpec, default_class_name, type_selector
 from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
@@ -82,7 +83,10 @@ class AmdGpuPlugin:
                 self.ctx.name,
             )
         inventory, published = build_inventory(
-            gpus, partitions=self.settings.partitions and not self._counters_dropped, taints=taints
+            gpus,
+            partitions=self.settings.partitions and not self._counters_dropped,
+            taints=taints,
+            whole_counters=self.ctx.shares_driver and not self._counters_dropped,
         )
         with self._lock:
             self._published = published
@@ -155,3 +159,15 @@ class AmdGpuPlugin:
                 )
             )
         return out
+
+    @hookimpl
+    def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:
+        """The default class; under a shared driver narrowed to GPUs and partitions."""
+        if not self.ctx.shares_driver:
+            return None
+        return [
+            DeviceClassSpec(
+                name=default_class_name(self.ctx.name),
+                selectors=(type_selector(driver, ("amdgpu", "amdgpu-partition")),),
+            )
+        ]

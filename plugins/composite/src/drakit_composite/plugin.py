@@ -1,31 +1,36 @@
 """drakit backend composing GPU-NIC pairs by PCIe distance: the hooks only.
 
 It never imports the GPU or NIC backends: it sees their devices through
-``drakit_compose_devices`` and places them with sysfs. The pairing is optimal
-(:mod:`drakit_composite.pairing`: the most pairs, then the least total distance), and every
-pair carries the attributes a claim selects and aligns on (``resource.kubernetes.io/numaNode``,
-``resource.kubernetes.io/pcieRoot`` when both members share it, ``coupling``, the members'
-names and bus IDs) and, with ``quota_counters``, a counter set of its own holding the GPU's
-memory and the NIC's bandwidth, which the pair consumes whole (Kueue's counter quota path
-charges these).
+``drakit_compose_devices`` (with the plugin that owns each) and places them with sysfs. The
+pairing is optimal (:mod:`drakit_composite.pairing`: the most pairs, then the least total
+distance), and every pair carries the attributes a claim selects and aligns on
+(``resource.kubernetes.io/numaNode``, ``resource.kubernetes.io/pcieRoot`` when both members
+share it, ``coupling``, the members' names and bus IDs).
+
+No double allocation, by construction: the pair is published under the members' own driver, in
+their pool, and consumes exactly the counter sets its GPU and its NIC consume (each member
+backend makes every physical device a counter set when its driver is shared). The scheduler
+then never allocates a member alone and in a pair at once, nor two pairs sharing a member; the
+counters are also what Kueue charges for quota (the GPU's ``memory``, the NIC's ``bandwidth``).
+``docs/composite.md`` describes the model for vendors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
-from drakit.deviceclasses import DeviceClassSpec
-from drakit.errors import PermanentError
+from drakit.deviceclasses import DeviceClassSpec, type_selector
+from drakit.errors import ConfigInvalid, PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
+    AllocatedDevice,
     CdiEdits,
     ClaimInfo,
-    CounterConsumption,
-    CounterSet,
     Device,
     DeviceAttribute,
     DeviceInventory,
@@ -39,16 +44,16 @@ from drakit_composite.settings import CompositeSettings
 
 __all__ = [
     "EXTENDED_RESOURCE_DOMAIN",
-    "GPU_MEMORY",
-    "NIC_BANDWIDTH",
+    "MAX_CONSUMPTIONS",
     "PAIR_CLASS",
     "SOCKET",
     "CompositePlugin",
     "CompositeSettings",
+    "member_problems",
 ]
 
 PAIR_CLASS = "gpu-nic-pair"
-"""The DeviceClass of every pair; ``gpu-nic-pair-numa<k>`` holds the pairs of NUMA node k."""
+"""The DeviceClass of every pair (and its ``type``); ``gpu-nic-pair-numa<k>``: NUMA node k."""
 
 SOCKET = "socket"
 """Attribute (in the driver's domain): the CPU socket of the pair's NUMA node."""
@@ -56,76 +61,190 @@ SOCKET = "socket"
 EXTENDED_RESOURCE_DOMAIN = "composite.drakit.io"
 """Default extended resources: ``composite.drakit.io/gpu-nic-pair[-numa<k>]``."""
 
-GPU_MEMORY = "gpu-memory"
-NIC_BANDWIDTH = "nic-bandwidth"
-"""Counter names in each pair's counter set."""
+MAX_CONSUMPTIONS = 2
+"""``consumesCounters`` entries a device may have (1.35+): the GPU's and the NIC's."""
+
+
+def member_problems(
+    name: str, driver: str, peers: Mapping[str, str], settings: CompositeSettings
+) -> list[tuple[str, str]]:
+    """Why the member backends cannot share counters with the pairs, one ``(path, fix)`` each.
+
+    At least one GPU backend and one NIC backend must be enabled, and every enabled one must
+    publish under the composite's driver.
+    """
+    out: list[tuple[str, str]] = []
+    for field, members in (
+        ("gpu_plugins", settings.gpu_plugins),
+        ("nic_plugins", settings.nic_plugins),
+    ):
+        enabled = [m for m in members if m in peers and m != name]
+        if not enabled:
+            out.append(
+                (
+                    f"plugins.{name}.{field}",
+                    f"none of {', '.join(members)} is enabled; enable one of them "
+                    f"(plugins.{members[0]}) or list the enabled backend here",
+                )
+            )
+        for m in enabled:
+            if peers[m] != driver:
+                out.append(
+                    (
+                        f"plugins.{m}.driver",
+                        f"plugin {m!r} publishes under {peers[m]!r} but plugins.{name} pairs "
+                        f"under {driver!r}; a pair shares counters with its members only inside "
+                        f"one driver's pool, so set plugins.{m}.driver and plugins.{name}.driver "
+                        "to the same name",
+                    )
+                )
+    return out
+
+
+@dataclass(frozen=True)
+class _Owners:
+    """The plugins behind one pair's GPU and NIC."""
+
+    gpu: str
+    nic: str
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    member: Member
+    device: Device
+    owner: str
 
 
 def _members(
-    devices: Mapping[DeviceKey, Device], driver: str, pci: Mapping[str, PciFunction]
-) -> dict[str, tuple[Member, Device]]:
-    out: dict[str, tuple[Member, Device]] = {}
+    devices: Mapping[DeviceKey, Device],
+    owners: Mapping[DeviceKey, str],
+    plugins: Sequence[str],
+    types: Sequence[str],
+    pci: Mapping[str, PciFunction],
+) -> dict[str, _Candidate]:
+    """Whole devices of ``plugins`` (by ``type``) that sysfs places and that consume counters."""
+    out: dict[str, _Candidate] = {}
     for key, dev in devices.items():
+        kind = dev.attributes.get("type")
         bus = dev.attributes.get(PCI_BUS_ID)
         fn = pci.get(str(bus.value)) if bus is not None else None
-        if key.driver == driver and fn is not None:
-            out[key.device] = (Member(name=key.device, pci=fn), dev)
+        if (
+            owners.get(key) in plugins
+            and kind is not None
+            and kind.value in types
+            and fn is not None
+            and dev.consumes_counters
+        ):
+            out[key.device] = _Candidate(Member(name=key.device, pci=fn), dev, str(owners[key]))
     return out
 
 
-def _counters(gpu: Device, nic: Device) -> dict[str, str]:
-    out: dict[str, str] = {}
-    mem = gpu.capacity.get("memory")
-    if mem is not None:
-        out[GPU_MEMORY] = str(mem.value)
-    # the AINIC backend publishes Gbit/s; a NIC backend may publish Mbit/s
-    for attr, suffix in (("linkSpeedGbps", "G"), ("linkSpeedMbps", "M")):
-        speed = nic.attributes.get(attr)
-        if speed is not None and isinstance(speed.value, int) and not isinstance(speed.value, bool):
-            out[NIC_BANDWIDTH] = f"{speed.value}{suffix}"  # bits per second, SI suffix
-            break
-    return out
+def _type(dev: Device) -> object:
+    kind = dev.attributes.get("type")
+    return kind.value if kind is not None else None
 
 
 class CompositePlugin:
-    """Publishes ``pair-<n>`` devices, each one GPU and a NIC close to it."""
+    """Publishes ``pair-<n>`` devices, each one GPU and a NIC close to it, in their pool."""
 
     settings_model: ClassVar[type[PluginSettings]] = CompositeSettings
     default_driver: ClassVar[str] = "pairs.composite.drakit.io"
 
     def __init__(self, context: PluginContext) -> None:
         self.settings = context.settings_as(CompositeSettings)
-        self._pairs: dict[str, Pair] = {}
+        self.ctx = context
+        # a member under another driver would make pairs double-allocatable: refuse to start.
+        # No member at all is left to `drakit config validate` (the webhook loads the composite
+        # for its strategies alone)
+        problems = [
+            (path, fix)
+            for path, fix in member_problems(
+                context.name, context.driver_name, context.peers, self.settings
+            )
+            if path.endswith(".driver")
+        ]
+        if problems:
+            raise ConfigInvalid(problems, source="configuration")
+        self._pairs: dict[str, tuple[Pair, _Owners]] = {}
+        self._skipped: frozenset[str] = frozenset()
 
-    def pairs(self, devices: Mapping[DeviceKey, Device], sysfs_root: str) -> list[Pair]:
-        """The pairs the settings allow among ``devices``, optimal and in bus-ID order."""
+    def candidates(
+        self,
+        devices: Mapping[DeviceKey, Device],
+        owners: Mapping[DeviceKey, str],
+        sysfs_root: str,
+    ) -> tuple[dict[str, _Candidate], dict[str, _Candidate]]:
+        """The whole GPUs and NICs that may be paired, by device name."""
         pci = {f.bdf: f for f in read_pci_functions(Path(sysfs_root))}
-        gpus = _members(devices, self.settings.gpu_driver, pci)
-        nics = _members(devices, self.settings.nic_driver, pci)
+        s = self.settings
+        return (
+            _members(devices, owners, s.gpu_plugins, s.gpu_types, pci),
+            _members(devices, owners, s.nic_plugins, s.nic_types, pci),
+        )
+
+    def pairs(
+        self,
+        devices: Mapping[DeviceKey, Device],
+        owners: Mapping[DeviceKey, str],
+        sysfs_root: str,
+    ) -> list[Pair]:
+        """The pairs the settings allow among ``devices``, optimal and in bus-ID order."""
+        gpus, nics = self.candidates(devices, owners, sysfs_root)
+        return self._pair(gpus, nics)
+
+    def _pair(self, gpus: Mapping[str, _Candidate], nics: Mapping[str, _Candidate]) -> list[Pair]:
+        # a pair consumes both members' entries, and a device may have only two
+        fits = {n: c for n, c in nics.items() if len(c.device.consumes_counters) < MAX_CONSUMPTIONS}
+        room = {n: c for n, c in gpus.items() if len(c.device.consumes_counters) < MAX_CONSUMPTIONS}
         return pair_members(
-            [m for m, _ in gpus.values()],
-            [m for m, _ in nics.values()],
+            [c.member for c in room.values()],
+            [c.member for c in fits.values()],
             max_distance=self.settings.max_distance,
             max_coupling=self.settings.max_coupling,
         )
 
+    def _unpaired(
+        self, devices: Mapping[DeviceKey, Device], owners: Mapping[DeviceKey, str]
+    ) -> None:
+        """Say once which whole members are left out because they consume no counter set."""
+        s = self.settings
+        skipped = frozenset(
+            k.device
+            for k, d in devices.items()
+            if not d.consumes_counters
+            and (
+                (owners.get(k) in s.gpu_plugins and _type(d) in s.gpu_types)
+                or (owners.get(k) in s.nic_plugins and _type(d) in s.nic_types)
+            )
+        )
+        if skipped and skipped != self._skipped:
+            self.ctx.log.warning(
+                "plugins.%s: %s consume no counter set, so a pair holding them could be "
+                "allocated together with them; they are not paired (their backend must publish "
+                "each device as a counter set under a shared driver, docs/composite.md)",
+                self.ctx.name,
+                ", ".join(sorted(skipped)),
+            )
+        self._skipped = skipped
+
     @hookimpl
     def drakit_compose_devices(
-        self, node: NodeInfo, devices: Mapping[DeviceKey, Device]
+        self, node: NodeInfo, devices: Mapping[DeviceKey, Device], owners: Mapping[DeviceKey, str]
     ) -> DeviceInventory | None:
-        """Pair GPUs and NICs optimally; each pair with its attributes and counters."""
-        pairs = self.pairs(devices, node.sysfs_root)
+        """Pair GPUs and NICs optimally; each pair consumes what its members consume."""
+        self._unpaired(devices, owners)
+        gpus, nics = self.candidates(devices, owners, node.sysfs_root)
+        pairs = self._pair(gpus, nics)
         if not pairs:
             self._pairs = {}
             return None
-        by_name = {k.device: d for k, d in devices.items()}
         sockets = numa_sockets(node.sysfs_root)
         out: list[Device] = []
-        sets: list[CounterSet] = []
-        names: dict[str, Pair] = {}
+        names: dict[str, tuple[Pair, _Owners]] = {}
         for i, p in enumerate(pairs):
             name = f"pair-{i}"
-            names[name] = p
+            names[name] = (p, _Owners(gpu=gpus[p.gpu.name].owner, nic=nics[p.nic.name].owner))
             attrs: dict[str, int | str] = {
                 "type": PAIR_CLASS,
                 "gpu": p.gpu.name,
@@ -143,31 +262,31 @@ class CompositePlugin:
                 attrs[NUMA_NODE] = numa
                 if numa in sockets:
                     attrs[SOCKET] = sockets[numa]
-            consumes: tuple[CounterConsumption, ...] = ()
-            counters = _counters(by_name[p.gpu.name], by_name[p.nic.name])
-            if self.settings.quota_counters and counters:
-                sets.append(CounterSet(name=name, counters=counters))
-                consumes = (CounterConsumption(counter_set=name, counters=counters),)
+            gpu, nic = gpus[p.gpu.name].device, nics[p.nic.name].device
             out.append(
                 Device(
                     name=name,
                     attributes={k: DeviceAttribute.model_validate(v) for k, v in attrs.items()},
-                    consumes_counters=consumes,
+                    # exactly what the lone members consume: the scheduler sees the overlap
+                    consumes_counters=(*gpu.consumes_counters, *nic.consumes_counters),
                 )
             )
         self._pairs = names  # one swap: a prepare running meanwhile sees the old or the new map
-        return DeviceInventory(devices=tuple(out), counter_sets=tuple(sets))
+        return DeviceInventory(devices=tuple(out))
 
     @hookimpl
-    def drakit_device_classes(self) -> list[DeviceClassSpec]:
+    def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec]:
         """``gpu-nic-pair`` and one ``gpu-nic-pair-numa<k>`` per NUMA node (``numa_classes``).
 
-        Each class has an extended resource of the same name in ``composite.drakit.io``, so a
-        pod can ask for ``composite.drakit.io/gpu-nic-pair-numa0: 2`` with no webhook.
+        Under the shared driver the classes select pairs by ``type``. Each has an extended
+        resource of the same name in ``composite.drakit.io``, so a pod can ask for
+        ``composite.drakit.io/gpu-nic-pair-numa0: 2`` with no webhook.
         """
+        typed = (type_selector(driver, (PAIR_CLASS,)),) if self.ctx.shares_driver else ()
         out = [
             DeviceClassSpec(
                 name=PAIR_CLASS,
+                selectors=typed,
                 extended_resource_name=f"{EXTENDED_RESOURCE_DOMAIN}/{PAIR_CLASS}",
                 description="A GPU and the NIC closest to it, allocated together",
             )
@@ -179,6 +298,7 @@ class CompositePlugin:
                 DeviceClassSpec(
                     name=name,
                     selectors=(
+                        *typed,
                         f"has(device.attributes[{domain}].numaNode) && "
                         f"device.attributes[{domain}].numaNode == {k}",
                     ),
@@ -190,16 +310,49 @@ class CompositePlugin:
 
     @hookimpl
     def drakit_prepare_devices(self, claim: ClaimInfo) -> Sequence[PreparedDevice]:
-        """Tell the container which GPU and NIC each allocated pair holds."""
-        out = []
+        """Prepare each pair's GPU and NIC through their own backends; hand over both.
+
+        Each member backend prepares exactly what it prepares when its device is claimed alone
+        (through ``context.members``, never by import), with the pair's request and configs; the
+        pair's container gets both backends' CDI edits, and ``DRAKIT_PAIR_<N>_GPU``/``_NIC``
+        with the members' bus IDs. When a member fails, the members already prepared are
+        unprepared before the error is raised.
+        """
         pairs = self._pairs
+        wanted: dict[str, list[AllocatedDevice]] = {}  # member plugin -> its devices
+        held: list[tuple[AllocatedDevice, Pair, _Owners]] = []
         for dev in claim.devices:
-            pair = pairs.get(dev.device)
-            if pair is None:
+            entry = pairs.get(dev.device)
+            if entry is None:
                 raise PermanentError(
                     f"request {dev.request!r}: device {dev.device!r} is not a GPU-NIC pair on "
                     "this node"
                 )
+            pair, owners = entry
+            held.append((dev, pair, owners))
+            for plugin, member in ((owners.gpu, pair.gpu.name), (owners.nic, pair.nic.name)):
+                wanted.setdefault(plugin, []).append(
+                    dev.model_copy(update={"device": member, "share_id": None})
+                )
+        done: list[tuple[str, list[PreparedDevice]]] = []
+        try:
+            for plugin, devs in wanted.items():
+                sub = claim.model_copy(update={"devices": tuple(devs)})
+                done.append((plugin, self.ctx.members.prepare(plugin, sub)))
+        except Exception:
+            for plugin, got in reversed(done):  # roll back; the failure is the claim's error
+                try:
+                    self.ctx.members.unprepare(plugin, claim.uid, got)
+                except Exception:  # the first error is the one to report
+                    self.ctx.log.exception(
+                        "claim %s: rolling back %s failed; unprepare retries it", claim.uid, plugin
+                    )
+            raise
+        got_by = {(plugin, p.request, p.device): p for plugin, devices in done for p in devices}
+        out = []
+        for dev, pair, owners in held:
+            gpu = got_by[(owners.gpu, dev.request, pair.gpu.name)]
+            nic = got_by[(owners.nic, dev.request, pair.nic.name)]
             tag = dev.device.upper().replace("-", "_")
             out.append(
                 PreparedDevice(
@@ -208,16 +361,27 @@ class CompositePlugin:
                     device=dev.device,
                     edits=CdiEdits(
                         env=(
+                            *gpu.edits.env,
+                            *nic.edits.env,
                             f"DRAKIT_{tag}_GPU={pair.gpu.pci.bdf}",
                             f"DRAKIT_{tag}_NIC={pair.nic.pci.bdf}",
-                        )
+                        ),
+                        device_nodes=(*gpu.edits.device_nodes, *nic.edits.device_nodes),
+                        mounts=(*gpu.edits.mounts, *nic.edits.mounts),
+                        hooks=(*gpu.edits.hooks, *nic.edits.hooks),
                     ),
-                    state={"gpu": pair.gpu.name, "nic": pair.nic.name},
+                    state={
+                        "gpu": pair.gpu.name,
+                        "nic": pair.nic.name,
+                        "gpuPlugin": owners.gpu,
+                        "nicPlugin": owners.nic,
+                    },
+                    network_data=nic.network_data,
                 )
             )
         return out
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool:
-        """Nothing to undo: prepare has no side effects outside the CDI spec."""
+        """Nothing of its own to undo: core unprepares the members it recorded for the claim."""
         return True

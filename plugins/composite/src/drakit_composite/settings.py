@@ -1,4 +1,4 @@
-"""``plugins.composite``: which drivers' devices to pair, how far apart, and what to publish."""
+"""``plugins.composite``: which backends' devices to pair, how far apart, and what to publish."""
 
 from __future__ import annotations
 
@@ -11,23 +11,39 @@ __all__ = ["CompositeSettings"]
 
 
 class CompositeSettings(PluginSettings):
-    """``plugins.composite``."""
+    """``plugins.composite``.
 
-    gpu_driver: str = Field(default="gpu.nvidia.drakit.io", description="Driver of the GPUs")
-    nic_driver: str = Field(default="ainic.amd.drakit.io", description="Driver of the NICs")
+    The member backends must publish under the composite's own driver (``driver`` of each
+    section set to one name): a pair and its members share counter sets only inside one pool of
+    one driver (``docs/composite.md``).
+    """
+
+    gpu_plugins: tuple[str, ...] = Field(
+        default=("nvidia_gpu", "amd_gpu"),
+        min_length=1,
+        description="Backends whose devices are the GPUs (those enabled are paired)",
+    )
+    nic_plugins: tuple[str, ...] = Field(
+        default=("amd_ainic",),
+        min_length=1,
+        description="Backends whose devices are the NICs (those enabled are paired)",
+    )
+    gpu_types: tuple[str, ...] = Field(
+        default=("gpu", "amdgpu"),
+        min_length=1,
+        description="Values of a GPU backend's ``type`` attribute that are whole GPUs",
+    )
+    nic_types: tuple[str, ...] = Field(
+        default=("pf", "shared"),
+        min_length=1,
+        description="Values of a NIC backend's ``type`` attribute that are whole NICs",
+    )
     max_distance: int | None = Field(
         default=None, ge=1, description="Do not pair devices further apart (PCI hops)"
     )
     max_coupling: Coupling = Field(
         default="system",
         description="Do not pair devices coupled more loosely (switch, root, numa, system)",
-    )
-    quota_counters: bool = Field(
-        default=True,
-        description=(
-            "Publish each pair's GPU memory and NIC bandwidth as counters it consumes "
-            "(what Kueue's counter quota path charges)"
-        ),
     )
     numa_classes: int = Field(
         default=2,

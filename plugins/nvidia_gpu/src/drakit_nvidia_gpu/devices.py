@@ -12,6 +12,10 @@ only for GPUs in MIG mode): the parent's attributes without ``uuid`` plus ``pare
 ``gpu-<minor>-counter-set`` (KEP-4815): the full GPU consumes all of it, a placement its
 engines, memory and one ``memory-slice-<i>`` per memory slice it covers, so the scheduler
 never allocates a full GPU with a slice of it, nor two overlapping slices.
+
+With ``whole_counters`` (the driver is shared with a composite backend, ``docs/composite.md``)
+every GPU is such a counter set, MIG mode or not, and the full GPU consumes all of it: a
+GPU-NIC pair consumes exactly the same, so the GPU is never allocated alone and in a pair.
 """
 
 from __future__ import annotations
@@ -94,6 +98,13 @@ def _common(
     return attrs
 
 
+def _whole_counter_set(gpu: GpuInfo) -> CounterSet:
+    """The counter set of a GPU published without MIG placements: its memory (or one ``gpu``)."""
+    memory = gpu.memory_bytes or max((p.memory_bytes for p in gpu.mig_profiles), default=0)
+    counters = {"memory": str(memory)} if memory else {"gpu": "1"}
+    return CounterSet(name=f"gpu-{gpu.minor}-counter-set", counters=counters)
+
+
 def _counter_set(gpu: GpuInfo) -> CounterSet:
     counters: dict[str, str] = {}
     for _, counter, field in _ENGINES:
@@ -127,6 +138,7 @@ def build_inventory(
     *,
     partitions: bool,
     taints: Mapping[str, Sequence[DeviceTaint]],
+    whole_counters: bool = False,
 ) -> tuple[DeviceInventory, dict[str, Published]]:
     """Devices (and counter sets) for every GPU, and what each device name stands for.
 
@@ -135,6 +147,7 @@ def build_inventory(
         root: the sysfs root (NUMA node and PCIe root come from there).
         partitions: publish MIG placements of GPUs in MIG mode.
         taints: GPU UUID -> taints for all of that GPU's devices (health).
+        whole_counters: every GPU is a counter set its full device consumes whole.
     """
     pci = {f.bdf: f for f in read_pci_functions(root, vendor=NVIDIA_VENDOR)}
     devices: list[Device] = []
@@ -153,6 +166,10 @@ def build_inventory(
             cs = _counter_set(gpu)
             sets.append(cs)
             consumes = (CounterConsumption(counter_set=cs.name, counters=dict(cs.counters)),)
+        elif whole_counters:
+            whole = _whole_counter_set(gpu)
+            sets.append(whole)
+            consumes = (CounterConsumption(counter_set=whole.name, counters=dict(whole.counters)),)
         devices.append(
             Device(
                 name=gpu.device_name,

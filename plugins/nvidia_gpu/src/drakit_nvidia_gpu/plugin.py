@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from drakit.config import PluginSettings, validation_errors
 from drakit.context import PluginContext
+from drakit.deviceclasses import DeviceClassSpec, default_class_name, type_selector
 from drakit.errors import ConfigInvalid, PermanentError, RetryableError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
@@ -125,6 +126,7 @@ class NvidiaGpuPlugin:
             Path(node.sysfs_root),
             partitions=self.settings.mig_partitions and not self._counters_dropped,
             taints=self._taints(problems),
+            whole_counters=self.ctx.shares_driver and not self._counters_dropped,
         )
         with self._lock:
             self._published = published
@@ -259,3 +261,15 @@ class NvidiaGpuPlugin:
                 )
             )
         return out
+
+    @hookimpl
+    def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:
+        """The default class; under a shared driver narrowed to GPUs and MIG devices."""
+        if not self.ctx.shares_driver:
+            return None
+        return [
+            DeviceClassSpec(
+                name=default_class_name(self.ctx.name),
+                selectors=(type_selector(driver, ("gpu", "mig")),),
+            )
+        ]
