@@ -1,6 +1,6 @@
 """AINIC backend: discovery of 16 PFs x 128 VFs, and prepare of a shared share vs a whole PF.
 
-Discovery: :func:`drakit.sim.ainic.ainic_machine` (16 Pollara PFs, one root port each, 128
+Discovery: :func:`drakit_amd_ainic.sim.ainic_machine` (16 Pollara PFs, one root port each, 128
 VFs per PF bound to ionic with queues and RDMA devices: 2,064 functions) is written once into
 /dev/shm; then only :meth:`drakit.pluginhost.PluginHost.discover` with the AINIC backend is
 timed. The issue's figure ("discovery of 16 PFs x 128 VFs under 0.3 s") is ``vf`` mode, where

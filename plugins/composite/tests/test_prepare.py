@@ -23,7 +23,7 @@ from drakit.models import ClaimRef
 from drakit.pluginhost import PluginHost
 from drakit.runtime import open_host
 from drakit.sim import SysfsBuilder, get_profile
-from drakit.sim.ainic import SriovKernel
+from drakit_amd_ainic.sim import SriovKernel
 from drakit.state import DriverState
 
 DRIVER = "gpu-nic.example.com"
