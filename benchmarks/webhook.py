@@ -45,7 +45,7 @@ from benchmarks.common import Baseline, Report, loadavg, median, p99
 from tests.e2e.webhookproc import Certificates, WebhookProcess, make_certificates
 
 from drakit.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION
-from drakit.runtime import fast_tmp
+from drakit.runtime import default_sections, fast_tmp
 
 THREADS = 8
 
@@ -216,7 +216,8 @@ def main() -> None:
                 }
             )
         )
-        config = {"plugins": ["cpu", "nvidia_gpu", "amd_ainic", "composite"]}
+        # the GPU and NIC backends under the composite's driver (docs/composite.md)
+        config = {"plugins": default_sections(["cpu", "nvidia_gpu", "amd_ainic", "composite"])}
         with WebhookProcess(certs, kubeconfig, root, config=config) as proc:
             for path, body in PHASES.values():
                 _check(path, body, certs, proc.port)
