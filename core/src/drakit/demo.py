@@ -270,7 +270,7 @@ def example_claim(node: Node) -> tuple[dict[str, Any], str]:
     found = {p.driver for p in inv.pools if p.devices}
     # backends that published devices (drivers may be shared: GPUs, NICs and pairs)
     owning = {
-        host.owner_of(DeviceKey(driver=p.driver, pool=p.pool, device=d.name))
+        inv.owner_of(DeviceKey(driver=p.driver, pool=p.pool, device=d.name))
         for p in inv.pools
         for d in p.devices
     }

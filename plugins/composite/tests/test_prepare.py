@@ -23,8 +23,8 @@ from drakit.models import ClaimRef
 from drakit.pluginhost import PluginHost
 from drakit.runtime import open_host
 from drakit.sim import SysfsBuilder, get_profile
-from drakit_amd_ainic.sim import SriovKernel
 from drakit.state import DriverState
+from drakit_amd_ainic.sim import SriovKernel
 
 DRIVER = "gpu-nic.example.com"
 
@@ -124,7 +124,9 @@ def test_a_pair_gets_the_gpus_and_the_nics_device_nodes_and_unprepare_undoes_bot
     assert (
         "DRAKIT_PAIR_3_GPU="
         + str(
-            p.host.device(next(k for k in p.host.devices_of(DRIVER) if k.device == gpu))
+            p.state.inventory.current.device(
+                next(k for k in p.state.inventory.current.devices_of(DRIVER) if k.device == gpu)
+            )
             .attributes["resource.kubernetes.io/pciBusID"]  # type: ignore[union-attr]
             .value
         )

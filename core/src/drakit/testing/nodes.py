@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from drakit.cdi import CdiWriter
 from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
-from drakit.inventory import Inventory, build_inventory
+from drakit.inventory import InventorySnapshot, build_inventory
 from drakit.kubelet.client import KubeletClient
 from drakit.models import (
     ClaimInfo,
@@ -158,7 +158,7 @@ class SimHost:
         """One discovery round (discovery, enrichment, composition) across all backends."""
         return self.host.discover()
 
-    def inventory(self) -> Inventory:
+    def inventory(self) -> InventorySnapshot:
         """Discover and group into pools, as the node publishes them."""
         return build_inventory(self.host)
 
@@ -533,7 +533,7 @@ class RunningNode:
         """Plugin name -> DRA driver name."""
         return self.host.driver_names()
 
-    def inventory(self) -> Inventory:
+    def inventory(self) -> InventorySnapshot:
         """Re-discover; the inventory the node now publishes from."""
         return self.node.refresh()
 
