@@ -36,6 +36,7 @@ from drakit.testing.plugin import HostFactory, SimNodeFactory
 from drakit_amd_ainic.sim import SriovKernel
 
 PROFILE = "h200-8gpu-8ainic"
+PAIRS_DRIVER = "pairs.composite.drakit.io"  # the composite's default driver
 BACKENDS = sorted(metadata.entry_points(group="drakit.plugins"), key=lambda e: e.name)
 STRATEGIES = sorted(metadata.entry_points(group="drakit.strategies"), key=lambda e: e.name)
 CPU_CONFIG = "cpu.drakit.io/v1alpha1"
@@ -97,8 +98,9 @@ class TestCompositeContract(BackendContract):
     plugin = "composite"
     profile = PROFILE
     other_plugins: ClassVar[dict[str, dict[str, Any]]] = {
-        "nvidia_gpu": {"health_watch": False},
-        "amd_ainic": {},
+        # members and pairs share one driver, so pairs and lone members share counters
+        "nvidia_gpu": {"health_watch": False, "driver": PAIRS_DRIVER},
+        "amd_ainic": {"driver": PAIRS_DRIVER},
     }
 
 
@@ -106,7 +108,11 @@ def test_discovery_finds_the_profiles_hardware(
     drakit_sim_node: SimNodeFactory, drakit_host: HostFactory
 ) -> None:
     plugins = [e.name for e in BACKENDS if e.name in {"cpu", "nvidia_gpu", "amd_ainic", "amd_gpu"}]
-    host = drakit_host({"plugins": [*plugins, "composite"]}, drakit_sim_node(PROFILE))
+    sections: dict[str, dict[str, Any]] = {n: {} for n in plugins}
+    for member in ("nvidia_gpu", "amd_ainic", "amd_gpu"):
+        if member in sections:
+            sections[member] = {"driver": PAIRS_DRIVER}
+    host = drakit_host({"plugins": {**sections, "composite": {}}}, drakit_sim_node(PROFILE))
     found = host.discover()
     counts = {name: 0 for name in host.backends}
     for owner in found.owners.values():
