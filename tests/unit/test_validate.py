@@ -98,7 +98,10 @@ def test_composite_alone_names_both_members(
 def test_members_under_their_own_drivers_are_refused_naming_both_sections(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = "plugins:\n  nvidia_gpu: {}\n  amd_ainic: {}\n  composite: {}\n"
+    text = (
+        "plugins:\n  nvidia_gpu: {driver: gpu.nvidia.drakit.io}\n"
+        "  amd_ainic: {driver: ainic.amd.drakit.io}\n  composite: {}\n"
+    )
     code, _, err = run(["config", "validate", str(write(tmp_path, text))], capsys)
     assert code == 2
     assert [line.split(": ")[1] for line in err] == [
@@ -110,6 +113,14 @@ def test_members_under_their_own_drivers_are_refused_naming_both_sections(
         "publishes under 'pairs.composite.drakit.io'"
     ) in err[0]
     assert "set plugins.amd_ainic.driver and plugins.composite.driver to the same name" in err[1]
+
+
+def test_members_without_a_driver_publish_under_the_composite_driver(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = "plugins:\n  nvidia_gpu: {}\n  amd_ainic: {}\n  composite: {}\n"
+    code, _, err = run(["config", "validate", str(write(tmp_path, text))], capsys)
+    assert (code, err) == (0, [])
 
 
 def test_members_renamed_to_the_composite_driver_satisfy_it(

@@ -50,6 +50,7 @@ __all__ = [
     "env_variable",
     "known_keys",
     "load_settings",
+    "plugin_drivers",
     "read_config_file",
     "validation_errors",
     "yaml_shape_problem",
@@ -114,6 +115,32 @@ class PluginSettings(BaseModel):
         default=None, description="DRA driver name; default: the plugin's"
     )
     strategy: _Name | None = Field(default=None, description="Allocation strategy name")
+
+    def member_plugins(self) -> tuple[str, ...]:
+        """Backends whose devices this plugin composes (default: none).
+
+        An enabled member whose section sets no ``driver`` publishes under this plugin's
+        driver, so the composed devices and their members share one pool (and its counters):
+        see :func:`plugin_drivers`.
+        """
+        return ()
+
+
+def plugin_drivers(
+    sections: Mapping[str, PluginSettings], defaults: Mapping[str, str]
+) -> dict[str, str]:
+    """The DRA driver of every enabled plugin.
+
+    Its section's ``driver``, else the driver of the plugin that composes it
+    (:meth:`PluginSettings.member_plugins`), else its default. A member that sets ``driver``
+    itself keeps it (the composing plugin may then refuse it).
+    """
+    out = {name: sec.driver or defaults[name] for name, sec in sections.items()}
+    for name, sec in sections.items():
+        for member in sec.member_plugins():
+            if member != name and member in sections and sections[member].driver is None:
+                out[member] = out[name]
+    return out
 
 
 class DiscoverySettings(BaseModel):

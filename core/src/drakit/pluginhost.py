@@ -24,7 +24,13 @@ import stevedore
 from pydantic import BaseModel, ValidationError
 
 from drakit import hookspecs
-from drakit.config import DrakitSettings, PluginSettings, known_keys, validation_errors
+from drakit.config import (
+    DrakitSettings,
+    PluginSettings,
+    known_keys,
+    plugin_drivers,
+    validation_errors,
+)
 from drakit.context import Members, PluginContext
 from drakit.deviceclasses import DeviceClassSpec
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, PluginLoadError
@@ -247,10 +253,13 @@ class PluginHost:
             validated.append((name, cls, section))
         if errors:
             raise ConfigInvalid(errors, source="configuration")
-        peers = {
-            name: section.driver or str(getattr(cls, "default_driver", f"{name}.drakit.io"))
-            for name, cls, section in validated
-        }
+        peers = plugin_drivers(
+            {name: section for name, _, section in validated},
+            {
+                name: str(getattr(cls, "default_driver", f"{name}.drakit.io"))
+                for name, cls, _ in validated
+            },
+        )
         for name, cls, section in validated:
             driver = peers[name]
             ctx = PluginContext(

@@ -34,9 +34,11 @@ from pydantic import TypeAdapter, ValidationError
 from drakit.config import (
     DrakitSettings,
     DriverName,
+    PluginSettings,
     env_variable,
     known_keys,
     load_settings,
+    plugin_drivers,
     read_config_file,
     validation_errors,
     yaml_shape_problem,
@@ -117,6 +119,8 @@ def validate_config(file: Path) -> tuple[list[Problem], list[str]]:
             sections = dict(settings.plugins)
     installed = {e.name for e in installed_plugins()}
     drivers: dict[str, str] = {}  # enabled plugin -> the driver it publishes
+    sections_ok: dict[str, PluginSettings] = {}  # validated sections
+    defaults: dict[str, str] = {}  # enabled plugin -> its default driver
     classes: dict[str, Any] = {}
     for name, section in sections.items():
         where = f"plugins.{name}"
@@ -141,11 +145,13 @@ def validate_config(file: Path) -> tuple[list[Problem], list[str]]:
                 str(file), validation_errors(e, prefix=where, known=known_keys(model, where))
             )
             continue
-        drivers[name] = validated.driver or str(getattr(cls, "default_driver", ""))
+        sections_ok[name] = validated
+        defaults[name] = str(getattr(cls, "default_driver", ""))
         if validated.strategy:
             problems += _strategy(file, f"{where}.strategy", validated.strategy)
     if settings is not None and settings.publish_strategy:
         problems += _strategy(file, "publish_strategy", settings.publish_strategy)
+    drivers.update(plugin_drivers(sections_ok, defaults))
     problems += _prerequisites(file, sections, drivers)
     return problems, list(sections)
 

@@ -85,7 +85,7 @@ def test_device_classes_tell_gpus_nics_and_pairs_apart_by_type(host: PluginHost)
 
 
 def test_members_under_another_driver_are_refused_naming_both_sections() -> None:
-    plugins = {**PLUGINS, "amd_ainic": {}}
+    plugins = {**PLUGINS, "amd_ainic": {"driver": "ainic.amd.drakit.io"}}
     with (
         pytest.raises(ConfigInvalid) as e,
         open_host(DrakitSettings(profile="h200-8gpu-8ainic", plugins=plugins)),
@@ -96,6 +96,15 @@ def test_members_under_another_driver_are_refused_naming_both_sections() -> None
     assert "'ainic.amd.drakit.io'" in message
     assert f"{SHARED!r}" in message
     assert "set plugins.amd_ainic.driver and plugins.composite.driver to the same name" in message
+
+
+def test_members_without_a_driver_publish_under_the_composite_driver() -> None:
+    plugins = {"nvidia_gpu": {}, "amd_ainic": {}, "composite": {"driver": SHARED}}
+    with open_host(DrakitSettings(profile="h200-8gpu-8ainic", plugins=plugins)) as h:
+        assert h.driver_names() == dict.fromkeys(plugins, SHARED)
+        found = h.discover()
+    assert {k.driver for k in found.devices} == {SHARED}
+    assert sum(o == "composite" for o in found.owners.values()) == 8
 
 
 def test_a_composite_without_nics_publishes_no_pairs() -> None:

@@ -51,3 +51,11 @@ class CompositeSettings(PluginSettings):
         le=16,
         description="Per-NUMA DeviceClasses to publish (gpu-nic-pair-numa0 ..); 0 for none",
     )
+
+    def member_plugins(self) -> tuple[str, ...]:
+        """The GPU and NIC backends.
+
+        Enabled ones publish under the composite's driver unless their section sets another
+        (which the composite refuses).
+        """
+        return (*self.gpu_plugins, *self.nic_plugins)
