@@ -49,6 +49,7 @@ __all__ = [
     "kubeconfig_via",
     "kubelet_flags",
     "memory_dir",
+    "published_drivers",
 ]
 
 #: Backend name -> its default DRA driver name.
@@ -59,6 +60,19 @@ DRIVERS: Final = {
     "composite": "pairs.composite.drakit.io",
 }
 RESOURCE: Final = "/apis/resource.k8s.io/v1"
+_MEMBERS: Final = ("nvidia_gpu", "amd_gpu", "amd_ainic")
+
+
+def published_drivers(plugins: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Plugin -> the driver it publishes under: its section's ``driver``, else the composite's
+    for the composite's members (``docs/composite.md``), else its default."""
+    out = {p: str(sec.get("driver") or DRIVERS[p]) for p, sec in plugins.items()}
+    if "composite" in plugins:
+        for m in _MEMBERS:
+            if m in plugins and not plugins[m].get("driver"):
+                out[m] = out["composite"]
+    return out
+
 
 _PR_SET_PDEATHSIG = 1
 
@@ -217,7 +231,7 @@ class NodeProcess:
     @property
     def drivers(self) -> list[str]:
         """The DRA drivers this process serves (sorted)."""
-        return sorted(DRIVERS[p] for p in self.plugins)
+        return sorted(set(published_drivers(self.plugins).values()))
 
     @property
     def pid(self) -> int:
