@@ -2,8 +2,9 @@
 
 The public API is what this module exports plus :mod:`drakit.hookspecs`, :mod:`drakit.models`,
 :mod:`drakit.errors`, :mod:`drakit.config` (``PluginSettings``), :mod:`drakit.sysfs`,
-:mod:`drakit.cpuset`, :mod:`drakit.strategies` and :mod:`drakit.sim`. Everything else may
-change without notice.
+:mod:`drakit.cpuset`, :mod:`drakit.strategies`, :mod:`drakit.sim` and :mod:`drakit.testing`
+(the test kit for backends: simulated nodes, hosts, running nodes, the contract suite; a pytest
+plugin, needs ``drakit[testing]``). Everything else may change without notice.
 """
 
 from __future__ import annotations

@@ -1,0 +1,596 @@
+"""Simulated nodes, plugin hosts and in-process drakit nodes for a backend's tests.
+
+Everything here runs the code a real node runs: :func:`open_host` goes through
+:func:`drakit.runtime.open_host` (the plugin host, the simulated root's vendor-library
+stand-ins), :func:`run_node` starts a :class:`drakit.node.Node` that serves the real kubelet
+gRPC sockets, and :class:`KubeletSide` calls them over the wire as the kubelet does. Only the
+hardware is simulated (a tree from :mod:`drakit.sim`) and the API server is replaced by
+:class:`ClaimStore`, an in-memory claim source.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pydantic import BaseModel
+
+from drakit.cdi import CdiWriter
+from drakit.config import DrakitSettings
+from drakit.errors import PermanentError
+from drakit.inventory import Inventory, build_inventory
+from drakit.kubelet.client import KubeletClient
+from drakit.models import ClaimRef, DeviceHealth, PreparedDeviceRef
+from drakit.node import Node
+from drakit.pluginhost import Discovered, PluginHost
+from drakit.runtime import fast_tmp
+from drakit.runtime import open_host as _runtime_host
+from drakit.sim import (
+    MachineSpec,
+    UnknownProfileError,
+    build_profile,
+    get_profile,
+    register_profile,
+)
+
+__all__ = [
+    "CLAIM_NAMESPACE",
+    "ClaimStore",
+    "KubeletSide",
+    "PrepareOutcome",
+    "RunningNode",
+    "SimHost",
+    "SimNode",
+    "allocated_claim",
+    "build_sim_node",
+    "open_host",
+    "run_node",
+]
+
+CLAIM_NAMESPACE = "default"
+"""The namespace :func:`allocated_claim` puts claims in unless told otherwise."""
+
+_KIT_KEYS = ("sysfs_root", "profile", "node_name", "kubelet_dir", "cdi_dir", "state_dir")
+"""Configuration keys the kit sets itself (from the :class:`SimNode` and the node's dirs)."""
+
+_REGISTER_LOCK = threading.Lock()
+
+
+# -- simulated nodes -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimNode:
+    """A simulated node's host root, built from a profile.
+
+    Attributes:
+        root: the host root; discovery reads ``root/sys`` and ``root/proc`` (what
+            ``sysfs_root`` names in drakit's configuration).
+        profile: the profile the tree was built from.
+        node_name: the node's name; also the name of its default pool.
+    """
+
+    root: Path
+    profile: str
+    node_name: str = "node-1"
+
+
+def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "node-1") -> SimNode:
+    """Build a simulated node's tree under ``root`` (missing or empty).
+
+    Args:
+        profile: a profile name (built-in, registered with :func:`drakit.sim.register_profile`
+            or installed through the ``drakit.profiles`` entry point group), or a
+            :class:`drakit.sim.MachineSpec` (e.g. a variant of a profile made with
+            :func:`dataclasses.replace`).
+        root: where to write the tree.
+        node_name: the node's name.
+
+    Raises:
+        UnknownProfileError: no profile has that name; the message lists the known ones.
+        FileExistsError: ``root`` is not empty.
+    """
+    if isinstance(profile, str):
+        build_profile(profile, root)
+        return SimNode(root=root, profile=profile, node_name=node_name)
+    _build_spec(profile, root)
+    return SimNode(root=root, profile=profile.name, node_name=node_name)
+
+
+def _build_spec(spec: MachineSpec, root: Path) -> None:
+    """Build ``spec`` through the profile registry, leaving the registry as it was."""
+    with _REGISTER_LOCK:
+        try:
+            known: MachineSpec | None = get_profile(spec.name)
+        except UnknownProfileError:
+            known = None
+        if known == spec:
+            build_profile(spec.name, root)
+            return
+        register_profile(spec.name, lambda: spec, replace=True)
+        try:
+            build_profile(spec.name, root)
+        finally:
+            if known is not None:
+                original = known
+                register_profile(spec.name, lambda: original, replace=True)
+
+
+def _settings(config: Mapping[str, Any], node: SimNode, **paths: Any) -> DrakitSettings:
+    """The settings for ``config`` on ``node`` (``DRAKIT_*`` variables are not read)."""
+    taken = sorted(k for k in _KIT_KEYS if k in config)
+    if taken:
+        raise ValueError(
+            f"config sets {', '.join(taken)}: the kit sets these from the SimNode and its "
+            "temporary directories; remove them"
+        )
+    return DrakitSettings.model_validate(
+        {**config, "sysfs_root": node.root, "node_name": node.node_name, **paths}
+    )
+
+
+# -- plugin hosts ----------------------------------------------------------------------------
+
+
+class SimHost:
+    """A plugin host on a simulated node (what :func:`open_host` returns).
+
+    The methods are those of :class:`drakit.pluginhost.PluginHost` a backend's tests use;
+    :attr:`host` is the plugin host itself for anything else.
+    """
+
+    def __init__(self, host: PluginHost, stack: ExitStack) -> None:
+        self.host = host
+        self._stack = stack
+
+    @property
+    def node(self) -> SimNode:
+        """The simulated node (rebuilt from the host's node info)."""
+        info = self.host.node
+        return SimNode(
+            root=Path(info.sysfs_root),
+            profile=self.host.settings.profile or "",
+            node_name=info.name,
+        )
+
+    @property
+    def backends(self) -> Mapping[str, object]:
+        """Plugin name -> the backend object the host built."""
+        return self.host.backends
+
+    def driver_names(self) -> dict[str, str]:
+        """Plugin name -> DRA driver name."""
+        return self.host.driver_names()
+
+    def driver_of(self, plugin: str) -> str:
+        """The DRA driver name of ``plugin``.
+
+        Raises:
+            KeyError: the plugin is not loaded.
+        """
+        return self.host.driver_names()[plugin]
+
+    def discover(self) -> Discovered:
+        """One discovery round (discovery, enrichment, composition) across all backends."""
+        return self.host.discover()
+
+    def inventory(self) -> Inventory:
+        """Discover and group into pools, as the node publishes them."""
+        return build_inventory(self.host)
+
+    def slices(self) -> list[dict[str, Any]]:
+        """The ResourceSlices a node would publish (rendered and checked; raises on a bad one).
+
+        Raises:
+            SliceValidationError: a device breaks an API rule; the message names it.
+        """
+        return self.inventory().slices()
+
+    def parse_config(self, driver: str, params: Mapping[str, Any]) -> BaseModel:
+        """Validate an opaque config object through ``driver``'s backends.
+
+        Raises:
+            ConfigInvalid: the object is invalid or no backend of ``driver`` owns its kind.
+        """
+        return self.host.parse_config(driver, params)
+
+    def health(self) -> dict[str, list[DeviceHealth]]:
+        """Device health per plugin."""
+        return self.host.health()
+
+    def hook_implementations(self, plugin: str) -> list[str]:
+        """The hooks ``plugin`` implements."""
+        return self.host.hook_implementations(plugin)
+
+    def close(self) -> None:
+        """Release what opening the host took (idempotent)."""
+        self._stack.close()
+
+    def __enter__(self) -> SimHost:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_host(config: Mapping[str, Any], node: SimNode) -> SimHost:
+    """Load the backends of ``config`` on ``node``, as ``drakit node`` would.
+
+    Args:
+        config: a drakit configuration (the keys of the YAML file: ``plugins``,
+            ``publish_strategy``...; ``plugins`` may be a list of names). The node's root and
+            name come from ``node``; ``DRAKIT_*`` environment variables are not read.
+        node: the simulated node.
+
+    Raises:
+        ValueError: ``config`` sets a key the kit sets (``sysfs_root``, ``node_name``...).
+        ConfigInvalid: the configuration is invalid.
+        PluginLoadError: a backend is not installed or fails to start.
+    """
+    settings = _settings(config, node)
+    stack = ExitStack()
+    try:
+        host = stack.enter_context(_runtime_host(settings))
+    except BaseException:
+        stack.close()
+        raise
+    return SimHost(host, stack)
+
+
+# -- claims ----------------------------------------------------------------------------------
+
+
+class ClaimStore:
+    """An in-memory claim source: the API server's stand-in for a :class:`RunningNode`."""
+
+    def __init__(self) -> None:
+        self._claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, claim: dict[str, Any]) -> None:
+        """Store (or replace) a ResourceClaim dict under its namespace and name."""
+        meta = claim["metadata"]
+        with self._lock:
+            self._claims[(meta.get("namespace", CLAIM_NAMESPACE), meta["name"])] = claim
+
+    def remove(self, claim: dict[str, Any]) -> None:
+        """Forget a claim (as if it was deleted); unknown claims are ignored."""
+        meta = claim["metadata"]
+        with self._lock:
+            self._claims.pop((meta.get("namespace", CLAIM_NAMESPACE), meta["name"]), None)
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The stored claim (a deep copy, as a GET returns a fresh object).
+
+        Raises:
+            PermanentError: no such claim (the API server's 404).
+        """
+        with self._lock:
+            claim = self._claims.get((namespace, name))
+        if claim is None:
+            raise PermanentError(f"resourceclaims {namespace}/{name} not found")
+        copy: dict[str, Any] = json.loads(json.dumps(claim))
+        return copy
+
+
+def allocated_claim(
+    name: str,
+    devices: Sequence[tuple[str, str, str]],
+    *,
+    pool: str = "node-1",
+    config: Sequence[dict[str, Any]] = (),
+    uid: str | None = None,
+    namespace: str = CLAIM_NAMESPACE,
+) -> dict[str, Any]:
+    """An allocated ``resource.k8s.io/v1`` ResourceClaim, as the scheduler leaves it.
+
+    Args:
+        name: the claim's name.
+        devices: ``(request, driver, device)`` per allocated device, in result order.
+        pool: the pool of every device (the node's name for a node's default pool).
+        config: ``status.allocation.devices.config`` entries (``{"requests": [...],
+            "opaque": {"driver": ..., "parameters": {...}}}``); ``source`` defaults to
+            ``FromClaim``.
+        uid: the claim's UID (default: a random one).
+        namespace: the claim's namespace.
+    """
+    counts: dict[tuple[str, str], int] = {}
+    for request, driver, _ in devices:
+        counts[(request, driver)] = counts.get((request, driver), 0) + 1
+    requests = [
+        {"name": request, "exactly": {"deviceClassName": driver, "count": n}}
+        for (request, driver), n in counts.items()
+    ]
+    results = [
+        {"request": request, "driver": driver, "pool": pool, "device": device}
+        for request, driver, device in devices
+    ]
+    entries = [{"source": "FromClaim", **entry} for entry in config]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name, "uid": uid or str(uuid.uuid4())},
+        "spec": {"devices": {"requests": requests}},
+        "status": {"allocation": {"devices": {"results": results, "config": entries}}},
+    }
+
+
+def _ref(claim: Mapping[str, Any]) -> ClaimRef:
+    meta = claim["metadata"]
+    return ClaimRef(
+        namespace=meta.get("namespace", CLAIM_NAMESPACE), name=meta["name"], uid=meta["uid"]
+    )
+
+
+def _results(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    results: list[dict[str, Any]] = (alloc.get("devices") or {}).get("results") or []
+    return results
+
+
+# -- the kubelet side ------------------------------------------------------------------------
+
+
+def _merge_edits(base: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
+    """Spec-level edits then a device's (lists are concatenated, as the runtime applies them)."""
+    out: dict[str, Any] = dict(base)
+    for key, value in own.items():
+        prev = out.get(key)
+        out[key] = [*prev, *value] if isinstance(prev, list) and isinstance(value, list) else value
+    return out
+
+
+@dataclass(frozen=True)
+class PrepareOutcome:
+    """What NodePrepareResources answered for one claim, over every driver of the claim.
+
+    Attributes:
+        claim_uid: the claim.
+        drivers: the drivers called, in order.
+        devices: the prepared devices the drivers reported.
+        error: the drivers' errors (``driver: error``, joined by ``; ``), ``None`` when none.
+        cdi_dir: where drakit wrote the CDI specs.
+    """
+
+    claim_uid: str
+    drivers: tuple[str, ...]
+    devices: tuple[PreparedDeviceRef, ...]
+    error: str | None
+    cdi_dir: Path
+
+    @property
+    def cdi_ids(self) -> list[str]:
+        """The CDI device IDs the kubelet hands the container runtime, in order."""
+        return [i for d in self.devices for i in d.cdi_device_ids]
+
+    def spec_files(self) -> list[Path]:
+        """The claim's CDI spec files on disk (one per driver that wrote one)."""
+        out = []
+        for driver in self.drivers:
+            path = self.cdi_dir / CdiWriter(self.cdi_dir, driver).spec_name(self.claim_uid)
+            if path.is_file():
+                out.append(path)
+        return out
+
+    def cdi_edits(self) -> dict[str, dict[str, Any]]:
+        """CDI device ID -> the container edits the runtime applies for it, from the spec files.
+
+        A spec's own ``containerEdits`` (claim-wide environment) come first, then the device's.
+        Only IDs in :attr:`cdi_ids` are included; an ID with no device in the files is missing
+        from the result (which is a bug in the backend or drakit).
+        """
+        found: dict[str, dict[str, Any]] = {}
+        for path in self.spec_files():
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            base = spec.get("containerEdits") or {}
+            for dev in spec.get("devices") or []:
+                cdi_id = f"{spec['kind']}={dev['name']}"
+                found[cdi_id] = _merge_edits(base, dev.get("containerEdits") or {})
+        return {i: found[i] for i in self.cdi_ids if i in found}
+
+    def env(self) -> dict[str, str]:
+        """The environment the container gets from all of the claim's CDI devices."""
+        out: dict[str, str] = {}
+        for edits in self.cdi_edits().values():
+            for item in edits.get("env") or []:
+                key, _, value = str(item).partition("=")
+                out[key] = value
+        return out
+
+
+class KubeletSide:
+    """Calls a running node's kubelet sockets the way the kubelet does (gRPC, DRA v1).
+
+    Each call opens the driver's registration socket, asks GetInfo for the DRA endpoint and
+    calls it, as the kubelet's plugin manager does.
+    """
+
+    def __init__(self, sockets: Mapping[str, Path], cdi_dir: Path, *, timeout: float = 45) -> None:
+        self.sockets = dict(sockets)
+        """Driver -> its registration socket."""
+        self.cdi_dir = cdi_dir
+        self.timeout = timeout
+
+    def _drivers(self, claim: Mapping[str, Any]) -> list[str]:
+        drivers = sorted({str(r.get("driver")) for r in _results(claim)})
+        return drivers or sorted(self.sockets)
+
+    def _client(self, driver: str) -> KubeletClient:
+        socket = self.sockets.get(driver)
+        if socket is None:
+            raise PermanentError(
+                f"driver {driver!r} is not served by this node (serving: "
+                f"{', '.join(sorted(self.sockets)) or 'none'})"
+            )
+        return KubeletClient(socket, timeout=self.timeout)
+
+    def prepare(self, claim: Mapping[str, Any]) -> PrepareOutcome:
+        """NodePrepareResources for ``claim`` on every driver its allocation names.
+
+        The claim must be in the node's claim source (``RunningNode.claims.add``), as it must
+        be in the API server for a real node.
+        """
+        ref = _ref(claim)
+        drivers = self._drivers(claim)
+        devices: list[PreparedDeviceRef] = []
+        errors: list[str] = []
+        for driver in drivers:
+            try:
+                with self._client(driver) as client:
+                    res = client.prepare([ref]).get(ref.uid)
+            except PermanentError as e:
+                errors.append(f"{driver}: {e}")
+                continue
+            if res is None:
+                errors.append(f"{driver}: no result for claim {ref.uid}")
+            elif res.error:
+                errors.append(f"{driver}: {res.error}")
+            else:
+                devices.extend(res.devices)
+        return PrepareOutcome(
+            claim_uid=ref.uid,
+            drivers=tuple(drivers),
+            devices=tuple(devices),
+            error="; ".join(errors) or None,
+            cdi_dir=self.cdi_dir,
+        )
+
+    def unprepare(self, claim: Mapping[str, Any]) -> str | None:
+        """NodeUnprepareResources for ``claim``; the drivers' errors, ``None`` on success.
+
+        Drivers are those the claim's allocation names (every served driver if it has none).
+        """
+        ref = _ref(claim)
+        errors: list[str] = []
+        for driver in self._drivers(claim):
+            try:
+                with self._client(driver) as client:
+                    res = client.unprepare([ref]).get(ref.uid)
+            except PermanentError as e:
+                errors.append(f"{driver}: {e}")
+                continue
+            if res is None:
+                errors.append(f"{driver}: no result for claim {ref.uid}")
+            elif res.error:
+                errors.append(f"{driver}: {res.error}")
+        return "; ".join(errors) or None
+
+
+# -- running nodes ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunningNode:
+    """An in-process ``drakit node`` serving the kubelet sockets, without a cluster.
+
+    Attributes:
+        node: the :class:`drakit.node.Node`.
+        claims: its claim source; :meth:`ClaimStore.add` a claim before preparing it.
+        kubelet: the kubelet side of its sockets.
+        sim: the simulated node it runs on.
+        kubelet_dir: the kubelet root (``plugins_registry/`` and ``plugins/``).
+        cdi_dir: where it writes CDI specs.
+        state_dir: its state (checkpoints).
+    """
+
+    node: Node
+    claims: ClaimStore
+    kubelet: KubeletSide
+    sim: SimNode
+    kubelet_dir: Path
+    cdi_dir: Path
+    state_dir: Path
+
+    @property
+    def host(self) -> PluginHost:
+        """The node's plugin host."""
+        host = self.node.host
+        if host is None:
+            raise PermanentError("the node is not started")
+        return host
+
+    def driver_names(self) -> dict[str, str]:
+        """Plugin name -> DRA driver name."""
+        return self.host.driver_names()
+
+    def inventory(self) -> Inventory:
+        """Re-discover; the inventory the node now publishes from."""
+        return self.node.refresh()
+
+    def slices(self) -> list[dict[str, Any]]:
+        """The ResourceSlices the node would publish, rendered (after a fresh discovery).
+
+        Raises:
+            SliceValidationError: a device breaks an API rule; the message names it.
+        """
+        return self.inventory().slices()
+
+    def health(self) -> dict[str, list[DeviceHealth]]:
+        """Device health per plugin, asked of the backends now."""
+        return self.host.health()
+
+
+@contextmanager
+def run_node(config: Mapping[str, Any], node: SimNode, *, state_dir: Path) -> Iterator[RunningNode]:
+    """Start a :class:`drakit.node.Node` for ``config`` on ``node``; stop it on exit.
+
+    The node serves the real kubelet sockets (registration and DRA service per driver) in a
+    short temporary kubelet directory (Unix socket paths are limited to 107 bytes), reads
+    claims from a :class:`ClaimStore`, writes CDI specs to ``state_dir/cdi`` and checkpoints
+    to ``state_dir/state``. Nothing is published (no cluster) and metrics are off.
+
+    Args:
+        config: a drakit configuration, as for :func:`open_host`.
+        node: the simulated node.
+        state_dir: a directory for the node's files (created if missing).
+
+    Raises:
+        ValueError: ``config`` sets a key the kit sets.
+        DrakitError: the node could not start (configuration, a backend, a socket).
+    """
+    state_dir.mkdir(parents=True, exist_ok=True)
+    kubelet_dir = Path(tempfile.mkdtemp(prefix="dk-", dir=fast_tmp()))
+    try:
+        (kubelet_dir / "plugins_registry").mkdir()
+        cdi_dir = state_dir / "cdi"
+        settings = _settings(
+            {**config, "metrics": {**dict(config.get("metrics") or {}), "enabled": False}},
+            node,
+            kubelet_dir=kubelet_dir,
+            cdi_dir=cdi_dir,
+            state_dir=state_dir / "state",
+        )
+        claims = ClaimStore()
+        drakit_node = Node(
+            settings, claims=claims, boot_id="drakit-testing", instance_id="drakit-testing"
+        )
+        drakit_node.start()
+        try:
+            sockets = {d: s.registration_socket for d, s in drakit_node.servers.items()}
+            yield RunningNode(
+                node=drakit_node,
+                claims=claims,
+                kubelet=KubeletSide(sockets, cdi_dir),
+                sim=node,
+                kubelet_dir=kubelet_dir,
+                cdi_dir=cdi_dir,
+                state_dir=state_dir,
+            )
+        finally:
+            drakit_node.stop(grace=1)
+    finally:
+        shutil.rmtree(kubelet_dir, ignore_errors=True)
