@@ -25,7 +25,7 @@ from drakit.hookspecs import API_VERSION
 __all__ = ["Scaffold", "ScaffoldError", "new_plugin", "render", "scaffold_for"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*([_-][a-z0-9]+)*$")
-_MAX_LABEL = 63
+_MAX_NAME = 20  # keeps every generated line within 100 characters (ruff's E501 as configured)
 _SUFFIX = ".tmpl"
 _RENAMED = {"gitignore": ".gitignore"}
 
@@ -97,12 +97,12 @@ def scaffold_for(name: str, driver: str | None = None) -> Scaffold:
         not _NAME.match(name)
         or not plugin.isidentifier()
         or keyword.iskeyword(plugin)
-        or len(f"drakit-{dns}") > _MAX_LABEL
+        or len(name) > _MAX_NAME
     ):
         raise ScaffoldError(
             f"plugin name {name!r} is not usable: it must be a Python identifier and a DNS label"
             " (lower-case letters and digits, words separated by '_' or '-', starting with a"
-            " letter, at most 56 characters), e.g. acme_fpga"
+            " letter, at most 20 characters), e.g. acme_fpga"
         )
     if driver is None:
         driver = f"{dns}.example.com"
