@@ -1,19 +1,22 @@
-"""The contract every installed plugin must meet, checked against the bare hook specs.
+"""The contract every installed plugin must meet.
 
-Parametrised over what is installed (``drakit.plugins`` and ``drakit.strategies`` entry
-points), so a vendor distribution installed next to drakit is checked without any change here.
-Each plugin is built by hand with a :class:`~drakit.context.PluginContext` and registered with
-a pluggy manager that knows only :mod:`drakit.hookspecs`, i.e. without the plugin host.
+drakit's own backends run the contract suite a vendor runs (:class:`drakit.testing.
+BackendContract`), each on a profile where it finds its hardware: discovery, rendering, prepare
+and unprepare over the real kubelet sockets, health, bad configs, CDI file modes. The checks
+against the bare hook specs stay parametrised over what is installed (``drakit.plugins`` and
+``drakit.strategies`` entry points), so a vendor distribution installed next to drakit is
+checked without any change here; each plugin is built by hand with a
+:class:`~drakit.context.PluginContext` and registered with a pluggy manager that knows only
+:mod:`drakit.hookspecs`, i.e. without the plugin host.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pluggy
 import pytest
@@ -22,19 +25,84 @@ from drakit import hookspecs
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
 from drakit.errors import PermanentError
-from drakit.models import Device, DeviceInventory, DeviceKey, NodeInfo
-from drakit.sim import vendor_libraries
-from drakit.slices import check_driver_name, render_slices
+from drakit.models import NodeInfo
+from drakit.slices import check_driver_name
 from drakit.strategies import Strategy
 from drakit.strategy_models import SelectionRequest, SelectionResult
+from drakit.testing import BackendContract
+from drakit.testing.plugin import HostFactory, SimNodeFactory
 
 PROFILE = "h200-8gpu-8ainic"
 BACKENDS = sorted(metadata.entry_points(group="drakit.plugins"), key=lambda e: e.name)
 STRATEGIES = sorted(metadata.entry_points(group="drakit.strategies"), key=lambda e: e.name)
+CPU_CONFIG = "cpu.drakit.io/v1alpha1"
+GPU_CONFIG = "gpu.nvidia.drakit.io/v1alpha1"
+NIC_CONFIG = "ainic.drakit.io/v1alpha1"
 
 
 def _ids(eps: list[metadata.EntryPoint]) -> list[str]:
     return [e.name for e in eps]
+
+
+# -- drakit's backends under the contract suite --------------------------------------------------
+
+
+class TestCpuContract(BackendContract):
+    plugin = "cpu"
+    profile = "minimal-1s"
+    bad_configs = (
+        {"apiVersion": CPU_CONFIG, "kind": "CpuConfig", "policy": "everywhere"},
+        {"apiVersion": CPU_CONFIG, "kind": "CpuConfig", "no_such_field": 1},
+    )
+
+
+class TestNvidiaGpuContract(BackendContract):
+    plugin = "nvidia_gpu"
+    profile = "dgx-h100"
+    config: ClassVar[dict[str, Any]] = {"health_watch": False}
+    bad_configs = ({"apiVersion": GPU_CONFIG, "kind": "GpuConfig", "sharing": {"strategy": 7}},)
+
+
+class TestAmdAinicContract(BackendContract):
+    plugin = "amd_ainic"
+    profile = PROFILE
+    bad_configs = (
+        {"apiVersion": NIC_CONFIG, "kind": "NicConfig", "queues": 0},
+        {"apiVersion": NIC_CONFIG, "kind": "NicConfig", "rdma": {"enabled": "sometimes"}},
+    )
+
+
+class TestAmdGpuContract(BackendContract):
+    plugin = "amd_gpu"
+    profile = "mi300x-8gpu-8ainic"
+
+
+class TestCompositeContract(BackendContract):
+    plugin = "composite"
+    profile = PROFILE
+    other_plugins: ClassVar[dict[str, dict[str, Any]]] = {
+        "nvidia_gpu": {"health_watch": False},
+        "amd_ainic": {},
+    }
+
+
+def test_discovery_finds_the_profiles_hardware(
+    drakit_sim_node: SimNodeFactory, drakit_host: HostFactory
+) -> None:
+    plugins = [e.name for e in BACKENDS if e.name in {"cpu", "nvidia_gpu", "amd_ainic", "amd_gpu"}]
+    host = drakit_host({"plugins": [*plugins, "composite"]}, drakit_sim_node(PROFILE))
+    found = host.discover()
+    counts = {name: 0 for name in host.backends}
+    for owner in found.owners.values():
+        counts[owner] += 1
+    assert counts["cpu"] > 0
+    assert counts["nvidia_gpu"] == 8
+    assert counts["amd_ainic"] == 8
+    assert counts.get("amd_gpu", 0) == 0  # no AMD GPUs in this profile
+    assert counts["composite"] == 8  # one GPU-NIC pair per switch, composed from the others
+
+
+# -- every installed backend, against the bare hook specs ----------------------------------------
 
 
 # The contract is checked against the specs alone, so this test builds its own manager
@@ -50,41 +118,18 @@ def no_selection(strategy: str, request: SelectionRequest) -> SelectionResult:
     raise PermanentError(f"no strategy {strategy!r} in the contract test")
 
 
-@pytest.fixture(scope="module")
-def node(profile_root: Callable[[str], Path]) -> NodeInfo:
-    return NodeInfo(name=PROFILE, sysfs_root=str(profile_root(PROFILE)))
-
-
-def build(ep: metadata.EntryPoint, node: NodeInfo) -> tuple[Any, PluginContext]:
+def build(ep: metadata.EntryPoint, root: Path) -> tuple[Any, PluginContext]:
     cls = ep.load()
     ctx = PluginContext(
         name=ep.name,
         settings=cls.settings_model.model_validate({}),
-        node=node,
+        node=NodeInfo(name=PROFILE, sysfs_root=str(root)),
         driver_name=cls.default_driver,
         strategy=None,
         select=no_selection,
         log=logging.getLogger(f"drakit.plugin.{ep.name}"),
-        # what drakit.runtime hands backends on a simulated root (the fake NVML)
-        libraries=vendor_libraries(Path(node.sysfs_root)),
     )
     return cls(ctx), ctx
-
-
-@pytest.fixture(scope="module")
-def discovered(node: NodeInfo) -> dict[str, tuple[str, DeviceInventory | None]]:
-    """Plugin name -> (driver, what its discovery returned) on ``PROFILE``."""
-    out: dict[str, tuple[str, DeviceInventory | None]] = {}
-    for ep in BACKENDS:
-        obj, ctx = build(ep, node)
-        pm = new_manager()
-        pm.register(obj, name=ep.name)
-        results = pm.hook.drakit_discover_devices(node=node)
-        out[ep.name] = (ctx.driver_name, results[0] if results else None)
-    return out
-
-
-# -- backends ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("ep", BACKENDS, ids=_ids(BACKENDS))
@@ -104,8 +149,8 @@ def test_backend_class_declares_settings_and_driver(ep: metadata.EntryPoint) -> 
 
 
 @pytest.mark.parametrize("ep", BACKENDS, ids=_ids(BACKENDS))
-def test_backend_registers_against_the_hookspecs(ep: metadata.EntryPoint, node: NodeInfo) -> None:
-    obj, _ = build(ep, node)
+def test_backend_registers_against_the_hookspecs(ep: metadata.EntryPoint, tmp_path: Path) -> None:
+    obj, _ = build(ep, tmp_path)
     pm = new_manager()
     pm.register(obj, name=ep.name)  # raises PluginValidationError on a wrong argument name
     pm.check_pending()  # raises on an implementation of a hook that does not exist
@@ -117,50 +162,6 @@ def test_backend_registers_against_the_hookspecs(ep: metadata.EntryPoint, node: 
     # a drakit_* method without @hookimpl is silently never called: refuse it
     unmarked = {n for n in dir(obj) if n.startswith("drakit_")} - implemented
     assert not unmarked, f"{ep.name}: {sorted(unmarked)} lack @hookimpl"
-
-
-@pytest.mark.parametrize("ep", BACKENDS, ids=_ids(BACKENDS))
-def test_backend_discovery_renders(
-    ep: metadata.EntryPoint, discovered: dict[str, tuple[str, DeviceInventory | None]]
-) -> None:
-    driver, inv = discovered[ep.name]
-    assert inv is None or isinstance(inv, DeviceInventory)
-    if inv is None:
-        return
-    assert all(isinstance(d, Device) for d in inv.devices)
-    slices = render_slices(driver, PROFILE, inv.devices, inv.counter_sets)
-    published = sum(len(s["spec"].get("devices", [])) for s in slices)
-    assert published == len(inv.devices)
-
-
-def test_discovery_finds_the_profiles_hardware(
-    discovered: dict[str, tuple[str, DeviceInventory | None]],
-) -> None:
-    counts = {name: len(inv.devices) if inv else 0 for name, (_, inv) in discovered.items()}
-    assert counts["cpu"] > 0
-    assert counts["nvidia_gpu"] == 8
-    assert counts["amd_ainic"] == 8
-    assert counts.get("amd_gpu", 0) == 0  # no AMD GPUs in this profile
-    assert counts["composite"] == 0  # it composes, it does not discover
-
-
-@pytest.mark.parametrize("ep", BACKENDS, ids=_ids(BACKENDS))
-def test_backend_composition_renders(
-    ep: metadata.EntryPoint,
-    node: NodeInfo,
-    discovered: dict[str, tuple[str, DeviceInventory | None]],
-) -> None:
-    everything: dict[DeviceKey, Device] = {}
-    for driver, inv in discovered.values():
-        for d in inv.devices if inv else ():
-            everything[DeviceKey(driver=driver, pool=d.pool or PROFILE, device=d.name)] = d
-    obj, ctx = build(ep, node)
-    pm = new_manager()
-    pm.register(obj, name=ep.name)
-    for inv in pm.hook.drakit_compose_devices(node=node, devices=everything):
-        assert isinstance(inv, DeviceInventory)
-        assert inv.devices, f"{ep.name} composed an empty inventory; return None instead"
-        render_slices(ctx.driver_name, PROFILE, inv.devices, inv.counter_sets)
 
 
 # -- strategies --------------------------------------------------------------------------------

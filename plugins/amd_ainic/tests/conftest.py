@@ -1,10 +1,10 @@
-"""An AINIC node for tests: a simulated tree, its SR-IOV kernel, and the real prepare pipeline.
+"""An AINIC node for tests: a simulated tree, its SR-IOV kernel, and a drakit node on the kit.
 
-:func:`ainic_node` builds a profile into memory, starts :class:`drakit.sim.ainic.SriovKernel`
-beside it (so ``sriov_numvfs`` writes create VFs as on a node), loads the backend through the
-real plugin host and runs claims through :class:`drakit.state.DriverState` (checkpoint, CDI,
-config routing), the way the kubelet service does. Claims are allocated by hand the way the
-scheduler would (shared devices through ``consumedCapacity`` and ``shareID``).
+:func:`ainic_node` builds a profile into memory with :func:`drakit.testing.build_sim_node`,
+starts :class:`drakit.sim.ainic.SriovKernel` beside it (so ``sriov_numvfs`` writes create VFs
+as on a node), and runs :func:`drakit.testing.run_node`: claims go through the real kubelet
+socket to the node's pipeline (checkpoint, CDI, config routing). Claims are allocated by hand
+the way the scheduler would (shared devices through ``consumedCapacity`` and ``shareID``).
 """
 
 from __future__ import annotations
@@ -18,21 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
-from drakit.inventory import build_inventory
 from drakit.models import (
     ClaimPrepareResult,
     ClaimRef,
     ClaimUnprepareResult,
-    NodeInfo,
     PreparedDevice,
 )
 from drakit.pluginhost import PluginHost
 from drakit.runtime import fast_tmp
-from drakit.sim import SysfsBuilder, get_profile
+from drakit.sim import get_profile
 from drakit.sim.ainic import SriovKernel
 from drakit.state import DriverState
+from drakit.testing import ClaimStore, RunningNode, build_sim_node, run_node
 from drakit_amd_ainic.plugin import AmdAinicPlugin
 
 DRIVER = "ainic.amd.drakit.io"
@@ -45,11 +42,24 @@ class AinicNode:
     """One simulated node with the AINIC backend behind the real pipeline."""
 
     root: Path
-    state: DriverState
-    claims: InMemoryClaims
-    host: PluginHost
-    cdi_dir: Path
+    running: RunningNode
     kernel: SriovKernel
+
+    @property
+    def state(self) -> DriverState:
+        return self.running.node.states[DRIVER]
+
+    @property
+    def claims(self) -> ClaimStore:
+        return self.running.claims
+
+    @property
+    def host(self) -> PluginHost:
+        return self.running.host
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.running.cdi_dir
 
     @property
     def plugin(self) -> AmdAinicPlugin:
@@ -86,10 +96,12 @@ class AinicNode:
         return ClaimRef(namespace="ns", name=name, uid=uid)
 
     def prepare(self, *refs: ClaimRef) -> dict[str, ClaimPrepareResult]:
-        return self.state.prepare(list(refs))
+        """One NodePrepareResources call over the node's kubelet socket."""
+        return self.running.kubelet.prepare_batch(DRIVER, refs)
 
     def unprepare(self, *refs: ClaimRef) -> dict[str, ClaimUnprepareResult]:
-        return self.state.unprepare(list(refs))
+        """One NodeUnprepareResources call over the node's kubelet socket."""
+        return self.running.kubelet.unprepare_batch(DRIVER, refs)
 
     def prepared(self, ref: ClaimRef) -> list[PreparedDevice]:
         return self.state.prepared_claims()[ref.uid].prepared["amd_ainic"]
@@ -134,21 +146,10 @@ def ainic_node(profile: str, **ainic: Any) -> Iterator[AinicNode]:
     """A node on ``profile`` with ``plugins.amd_ainic`` = ``ainic`` (state under the tree)."""
     with tempfile.TemporaryDirectory(prefix="drakit-ainic-", dir=fast_tmp()) as tmp:
         base = Path(tmp)
-        spec = get_profile(profile)
-        root = SysfsBuilder(spec).build(base / "root")
+        sim = build_sim_node(profile, base / "root", node_name=NODE)
         ainic.setdefault("state_dir", str(base / "ainic-state"))
-        settings = DrakitSettings(
-            sysfs_root=root,
-            node_name=NODE,
-            state_dir=base / "state",
-            cdi_dir=base / "cdi",
-            plugins={"amd_ainic": ainic},
-        )
-        with SriovKernel(spec, root) as kernel:
-            host = PluginHost(settings, NodeInfo(name=NODE, sysfs_root=str(root)))
-            build_inventory(host)
-            claims = InMemoryClaims()
-            state = DriverState(
-                DRIVER, host, claims, state_dir=base / "state", cdi_dir=base / "cdi", boot_id="b1"
-            )
-            yield AinicNode(root, state, claims, host, base / "cdi", kernel)
+        with (
+            SriovKernel(get_profile(profile), sim.root) as kernel,
+            run_node({"plugins": {"amd_ainic": ainic}}, sim, state_dir=base / "node") as running,
+        ):
+            yield AinicNode(sim.root, running, kernel)

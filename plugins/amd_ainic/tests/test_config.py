@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid
-from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost
+from drakit.testing import SimHost
+from drakit.testing.plugin import HostFactory, SimNodeFactory
 from drakit_amd_ainic.config import NicConfig
 
 DRIVER = "ainic.amd.drakit.io"
@@ -18,14 +17,12 @@ BASE = {"apiVersion": "ainic.drakit.io/v1alpha1", "kind": "NicConfig"}
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> PluginHost:
-    return PluginHost(
-        DrakitSettings(plugins={"amd_ainic": {"state_dir": str(tmp_path)}}),
-        NodeInfo(name="n", sysfs_root=str(tmp_path)),
-    )
+def host(tmp_path: Path, drakit_sim_node: SimNodeFactory, drakit_host: HostFactory) -> SimHost:
+    node = drakit_sim_node("minimal-1s", node_name="n")
+    return drakit_host({"plugins": {"amd_ainic": {"state_dir": str(tmp_path)}}}, node)
 
 
-def test_a_full_config_parses(host: PluginHost) -> None:
+def test_a_full_config_parses(host: SimHost) -> None:
     got = host.parse_config(
         DRIVER,
         {
@@ -61,9 +58,7 @@ def test_a_full_config_parses(host: PluginHost) -> None:
         ({"queus": 4}, "queus", ""),
     ],
 )
-def test_errors_name_the_field(
-    host: PluginHost, fields: dict[str, Any], path: str, fix: str
-) -> None:
+def test_errors_name_the_field(host: SimHost, fields: dict[str, Any], path: str, fix: str) -> None:
     with pytest.raises(ConfigInvalid) as e:
         host.parse_config(DRIVER, {**BASE, **fields})
     paths = [p for p, _ in e.value.errors]
@@ -71,6 +66,6 @@ def test_errors_name_the_field(
     assert fix in str(e.value)
 
 
-def test_other_kinds_are_not_ours(host: PluginHost) -> None:
+def test_other_kinds_are_not_ours(host: SimHost) -> None:
     with pytest.raises(ConfigInvalid):
         host.parse_config(DRIVER, {"apiVersion": "cpu.drakit.io/v1alpha1", "kind": "CpuConfig"})

@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid
-from drakit.models import Device, NodeInfo
-from drakit.pluginhost import PluginHost
+from drakit.models import Device
 from drakit.runtime import fast_tmp
-from drakit.sim import build_profile
+from drakit.testing import SimNode, build_sim_node, open_host
+from drakit.testing.plugin import SimNodeFactory
 
 AINIC_PROFILES = {  # profile -> VFs per PF
     "mi300x-8gpu-8ainic": 0,
@@ -33,20 +32,25 @@ Discover = Callable[..., dict[str, Device]]
 
 
 @pytest.fixture(scope="module")
-def roots() -> Iterator[dict[str, Path]]:
+def nodes() -> Iterator[dict[str, SimNode]]:
+    """One simulated node per AINIC profile, shared by the module (read-only)."""
     with tempfile.TemporaryDirectory(prefix="drakit-ainic-disc-", dir=fast_tmp()) as tmp:
-        yield {name: build_profile(name, Path(tmp) / name) for name in AINIC_PROFILES}
+        yield {
+            name: build_sim_node(name, Path(tmp) / name, node_name="n1") for name in AINIC_PROFILES
+        }
+
+
+@pytest.fixture(scope="module")
+def roots(nodes: dict[str, SimNode]) -> dict[str, Path]:
+    return {name: node.root for name, node in nodes.items()}
 
 
 @pytest.fixture
-def discover(roots: dict[str, Path], tmp_path: Path) -> Discover:
+def discover(nodes: dict[str, SimNode], tmp_path: Path) -> Discover:
     def run(profile: str, **ainic: Any) -> dict[str, Device]:
         ainic.setdefault("state_dir", str(tmp_path / "state"))
-        host = PluginHost(
-            DrakitSettings(plugins={"amd_ainic": ainic}),
-            NodeInfo(name="n1", sysfs_root=str(roots[profile])),
-        )
-        return {k.device: d for k, d in host.discover().devices.items()}
+        with open_host({"plugins": {"amd_ainic": ainic}}, nodes[profile]) as host:
+            return {k.device: d for k, d in host.discover().devices.items()}
 
     return run
 
@@ -191,13 +195,10 @@ def test_a_pf_selected_twice_is_an_error_naming_both_rules(discover: Discover) -
     ],
 )
 def test_bad_rules_are_rejected_naming_the_field(
-    rule: dict[str, Any], path: str, fix: str, tmp_path: Path
+    rule: dict[str, Any], path: str, fix: str, drakit_sim_node: SimNodeFactory
 ) -> None:
     with pytest.raises(ConfigInvalid) as e:
-        PluginHost(
-            DrakitSettings(plugins={"amd_ainic": {"nics": [rule]}}),
-            NodeInfo(name="n", sysfs_root=str(tmp_path)),
-        )
+        open_host({"plugins": {"amd_ainic": {"nics": [rule]}}}, drakit_sim_node("minimal-1s"))
     assert f"plugins.amd_ainic.{path}" in str(e.value)
     assert fix in str(e.value)
 
@@ -220,24 +221,20 @@ def test_rails_and_fabric_from_map_and_file(discover: Discover, tmp_path: Path) 
     assert got["ainic-3"] == (None, "pod-a")
 
 
-def test_nothing_published_without_ainics(tmp_path: Path) -> None:
-    root = build_profile("dgx-h100", tmp_path / "dgx")
-    host = PluginHost(
-        DrakitSettings(plugins={"amd_ainic": {"state_dir": str(tmp_path / "s")}}),
-        NodeInfo(name="n", sysfs_root=str(root)),
-    )
-    assert not host.discover().devices
+def test_nothing_published_without_ainics(tmp_path: Path, drakit_sim_node: SimNodeFactory) -> None:
+    config = {"plugins": {"amd_ainic": {"state_dir": str(tmp_path / "s")}}}
+    with open_host(config, drakit_sim_node("dgx-h100", node_name="n")) as host:
+        assert not host.discover().devices
 
 
-def test_the_mixed_modes_example_loads_and_publishes(roots: dict[str, Path]) -> None:
+def test_the_mixed_modes_example_loads_and_publishes(
+    nodes: dict[str, SimNode], tmp_path: Path
+) -> None:
     example = Path(__file__).parent.parent / "examples" / "mixed-modes.yaml"
     raw = yaml.safe_load(example.read_text())
-    raw["plugins"]["amd_ainic"]["state_dir"] = str(roots["h200-8gpu-8ainic-sriov"] / "x")
-    host = PluginHost(
-        DrakitSettings(**raw),
-        NodeInfo(name="n1", sysfs_root=str(roots["h200-8gpu-8ainic-sriov"])),
-    )
-    devs = {k.device: attrs(d) for k, d in host.discover().devices.items()}
+    raw["plugins"]["amd_ainic"]["state_dir"] = str(tmp_path / "x")
+    with open_host(raw, nodes["h200-8gpu-8ainic-sriov"]) as host:
+        devs = {k.device: attrs(d) for k, d in host.discover().devices.items()}
     assert {n: a["type"] for n, a in devs.items()} == {
         "ainic-0": "shared",
         "ainic-1": "shared",

@@ -5,20 +5,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.models import AllocatedDevice, ClaimInfo, Device
-from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
-from drakit.sim import MachineSpec, PciDeviceSpec, SysfsBuilder, fast_tmp, get_profile
+from drakit.sim import MachineSpec, PciDeviceSpec, get_profile
 from drakit.sysfs import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
+from drakit.testing import SimHost, SimNode, open_host
+from drakit.testing.plugin import SimNodeFactory
 
 DRIVER = "gpu.amd.drakit.io"
 NODE = "mi-node"
@@ -40,10 +37,10 @@ def _with_mode(
 
 
 @pytest.fixture
-def build() -> Iterator[Callable[..., Path]]:
-    made: list[str] = []
+def build(drakit_sim_node: SimNodeFactory) -> Callable[..., SimNode]:
+    """``build(cpx=(bdf, ...))``: an MI300X node, those GPUs in CPX mode."""
 
-    def make(cpx: tuple[str, ...] = ()) -> Path:
+    def make(cpx: tuple[str, ...] = ()) -> SimNode:
         spec: MachineSpec = get_profile("mi300x-8gpu-8ainic")
         for bdf in cpx:
             roots = tuple(
@@ -51,26 +48,16 @@ def build() -> Iterator[Callable[..., Path]]:
                 for r in spec.pci_roots
             )
             spec = dataclasses.replace(spec, pci_roots=roots)
-        tmp = tempfile.mkdtemp(prefix="dk-amd-", dir=fast_tmp())
-        made.append(tmp)
-        return SysfsBuilder(spec).build(Path(tmp))
+        return drakit_sim_node(spec, node_name=NODE)
 
-    yield make
-    for tmp in made:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return make
 
 
-@contextmanager
-def host_for(root: Path, **settings: Any) -> Iterator[PluginHost]:
-    for var in [v for v in os.environ if v.startswith("DRAKIT_")]:
-        del os.environ[var]
-    with open_host(
-        DrakitSettings(node_name=NODE, sysfs_root=root, plugins={"amd_gpu": settings})
-    ) as h:
-        yield h
+def host_for(node: SimNode, **settings: Any) -> SimHost:
+    return open_host({"plugins": {"amd_gpu": settings}}, node)
 
 
-def devices(host: PluginHost) -> dict[str, Device]:
+def devices(host: SimHost) -> dict[str, Device]:
     return {d.name: d for d in host.discover().by_driver().get(DRIVER, [])}
 
 
@@ -86,9 +73,10 @@ def claim(*names: str) -> ClaimInfo:
     )
 
 
-def test_eight_mi300x_with_their_attributes(build: Callable[..., Path]) -> None:
-    root = build()
-    with host_for(root) as host:
+def test_eight_mi300x_with_their_attributes(build: Callable[..., SimNode]) -> None:
+    node = build()
+    root = node.root
+    with host_for(node) as host:
         found = devices(host)
     assert len(found) == 8
     d = found[GPU0]
@@ -116,7 +104,7 @@ def test_eight_mi300x_with_their_attributes(build: Callable[..., Path]) -> None:
 
 
 def test_a_cpx_gpu_publishes_its_partitions_against_one_counter_set(
-    build: Callable[..., Path],
+    build: Callable[..., SimNode],
 ) -> None:
     with host_for(build(cpx=("0000:05:00.0",))) as host:
         found = devices(host)
@@ -134,14 +122,15 @@ def test_a_cpx_gpu_publishes_its_partitions_against_one_counter_set(
     assert found["gpu-0000-2b-00-0"].consumes_counters == (), "the other GPUs stay SPX"
 
 
-def test_partitions_off_publishes_whole_gpus_only(build: Callable[..., Path]) -> None:
+def test_partitions_off_publishes_whole_gpus_only(build: Callable[..., SimNode]) -> None:
     with host_for(build(cpx=("0000:05:00.0",)), partitions=False) as host:
         assert len(devices(host)) == 8
 
 
-def test_prepare_gives_kfd_and_the_allocated_render_nodes(build: Callable[..., Path]) -> None:
-    root = build(cpx=("0000:05:00.0",))
-    with host_for(root) as host:
+def test_prepare_gives_kfd_and_the_allocated_render_nodes(build: Callable[..., SimNode]) -> None:
+    node = build(cpx=("0000:05:00.0",))
+    root = node.root
+    with host_for(node) as host:
         host.discover()
         whole, part = host.prepare("amd_gpu", claim("gpu-0000-2b-00-0", f"{GPU0}-cpx-1"))
     assert [n["path"] for n in whole.edits.device_nodes] == [
@@ -159,10 +148,11 @@ def test_prepare_gives_kfd_and_the_allocated_render_nodes(build: Callable[..., P
 
 
 def test_uncorrectable_ras_errors_make_the_gpu_unhealthy_and_tainted(
-    build: Callable[..., Path],
+    build: Callable[..., SimNode],
 ) -> None:
-    root = build()
-    with host_for(root, taint_effect="NoExecute") as host:
+    node = build()
+    root = node.root
+    with host_for(node, taint_effect="NoExecute") as host:
         host.discover()
         assert {h.health for h in host.health()["amd_gpu"]} == {"Healthy"}
         pci = Path(os.path.realpath(root / "sys/bus/pci/devices/0000:05:00.0"))
@@ -178,11 +168,11 @@ def test_uncorrectable_ras_errors_make_the_gpu_unhealthy_and_tainted(
         assert devices(host)[GPU0].taints == ()
 
 
-def test_a_gpu_missing_from_kfd_is_unhealthy(build: Callable[..., Path]) -> None:
-    root = build()
-    nodes = root / "sys/class/kfd/kfd/topology/nodes"
+def test_a_gpu_missing_from_kfd_is_unhealthy(build: Callable[..., SimNode]) -> None:
+    node = build()
+    nodes = node.root / "sys/class/kfd/kfd/topology/nodes"
     shutil.rmtree(nodes / "2")  # node 2 is the first GPU (nodes 0 and 1 are the CPUs)
-    with host_for(root) as host:
+    with host_for(node) as host:
         found = devices(host)
         report = {h.device: h for h in host.health()["amd_gpu"]}
     assert report[GPU0].health == "Unhealthy"
@@ -191,11 +181,11 @@ def test_a_gpu_missing_from_kfd_is_unhealthy(build: Callable[..., Path]) -> None
 
 
 def test_partitions_stop_when_the_api_server_drops_consumes_counters(
-    build: Callable[..., Path],
+    build: Callable[..., SimNode],
 ) -> None:
     with host_for(build(cpx=("0000:05:00.0",))) as host:
         assert len(devices(host)) == 8 + 8
-        host.dropped_fields = lambda driver: frozenset({"consumesCounters"})
+        host.host.dropped_fields = lambda driver: frozenset({"consumesCounters"})
         found = devices(host)
     assert len(found) == 8
     assert all(d.consumes_counters == () for d in found.values())

@@ -9,12 +9,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from drakit.config import DrakitSettings
-from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost
-from drakit.runtime import effective_settings
-from drakit.sim import list_profiles, materialize
+from drakit.sim import list_profiles
 from drakit.sysfs import PciFunction, pci_distance, read_pci_functions
+from drakit.testing import open_host
+from drakit.testing.plugin import SimNodeFactory
 from drakit_composite.pairing import (
     COUPLINGS,
     TIER,
@@ -177,11 +175,10 @@ def test_couplings(a: tuple[str, ...], b: tuple[str, ...], expected: Coupling) -
 
 
 @pytest.mark.parametrize("profile", list_profiles())
-def test_every_profile_pairs_optimally(profile: str) -> None:
-
-    settings = effective_settings(DrakitSettings())
-    with materialize(profile) as root:
-        host = PluginHost(settings, NodeInfo(name=profile, sysfs_root=str(root)))
+def test_every_profile_pairs_optimally(profile: str, drakit_sim_node: SimNodeFactory) -> None:
+    node = drakit_sim_node(profile, node_name=profile)
+    root = node.root
+    with open_host({}, node) as host:  # the default backends, as `drakit node` loads them
         found = host.discover()
         plugin = host.backends["composite"]
         assert isinstance(plugin, CompositePlugin)

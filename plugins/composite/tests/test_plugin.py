@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.deviceclasses import render_device_classes
 from drakit.inventory import build_inventory
 from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
+from drakit.runtime import fast_tmp
+from drakit.testing import SimNode, build_sim_node, open_host
 
 PLUGINS = {"cpu": {}, "nvidia_gpu": {}, "amd_ainic": {}, "composite": {}}
 PAIRS = "pairs.composite.drakit.io"
 
 
 @pytest.fixture(scope="module")
-def host() -> Iterator[PluginHost]:
-    with open_host(DrakitSettings(profile="h200-8gpu-8ainic", plugins=PLUGINS)) as h:
-        yield h
+def node() -> Iterator[SimNode]:
+    with tempfile.TemporaryDirectory(prefix="drakit-composite-", dir=fast_tmp()) as tmp:
+        yield build_sim_node("h200-8gpu-8ainic", Path(tmp) / "root")
+
+
+@pytest.fixture(scope="module")
+def host(node: SimNode) -> Iterator[PluginHost]:
+    with open_host({"plugins": PLUGINS}, node) as h:
+        yield h.host
 
 
 def test_pairs_carry_placement_member_and_quota_facts(host: PluginHost) -> None:
@@ -56,12 +64,12 @@ def test_pairs_and_their_counters_render_into_valid_slices(host: PluginHost) -> 
     assert sum(len(s["spec"].get("sharedCounters") or []) for s in slices) == 8
 
 
-def test_quota_counters_can_be_turned_off() -> None:
+def test_quota_counters_can_be_turned_off(node: SimNode) -> None:
     plugins = {**PLUGINS, "composite": {"quota_counters": False, "numa_classes": 0}}
-    with open_host(DrakitSettings(profile="h200-8gpu-8ainic", plugins=plugins)) as h:
+    with open_host({"plugins": plugins}, node) as h:
         found = h.discover()
-        classes = h.device_classes()["composite"]
-    assert not found.counter_sets.get((PAIRS, h.node.name))
+        classes = h.host.device_classes()["composite"]
+    assert not found.counter_sets.get((PAIRS, h.host.node.name))
     assert [c.name for c in classes or []] == ["gpu-nic-pair"]
 
 

@@ -13,14 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 from drakit.runtime import fast_tmp
-from drakit.sim import build_profile
+from drakit.testing import build_sim_node
 from drakit_cpu.cli import cpu
 
 
 @pytest.fixture(scope="module")
 def genoa() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="drakit-cpu-cli-", dir=fast_tmp()) as tmp:
-        yield build_profile("epyc-genoa-2s", Path(tmp))
+        yield build_sim_node("epyc-genoa-2s", Path(tmp)).root
 
 
 def run(*args: str) -> click.testing.Result:

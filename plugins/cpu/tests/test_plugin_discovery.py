@@ -11,45 +11,51 @@ from typing import Any
 
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid
-from drakit.models import Device, NodeInfo
-from drakit.pluginhost import PluginHost
+from drakit.models import Device
 from drakit.runtime import fast_tmp
-from drakit.sim import SysfsBuilder, build_profile, get_profile
+from drakit.sim import get_profile
+from drakit.testing import SimHost, SimNode, build_sim_node, open_host
+from drakit.testing.plugin import HostFactory as KitHosts
 from drakit_cpu.plugin import CpuPlugin
 
 NUMA = "resource.kubernetes.io/numaNode"
 
-HostFactory = Callable[..., PluginHost]
+HostFactory = Callable[..., SimHost]
 
 
 @pytest.fixture(scope="module")
-def roots() -> Iterator[dict[str, Path]]:
-    """Simulated roots by name, built once per module in memory."""
+def nodes() -> Iterator[dict[str, SimNode]]:
+    """Simulated nodes by profile name, built once per module in memory."""
     with tempfile.TemporaryDirectory(prefix="drakit-cpu-disc-", dir=fast_tmp()) as tmp:
         base = Path(tmp)
-        out: dict[str, Path] = {}
+        out: dict[str, SimNode] = {}
         for name in ("minimal-1s", "epyc-genoa-2s", "epyc-genoa-2s-nps4", "spr-2s-snc2"):
-            out[name] = build_profile(name, base / name)
+            out[name] = build_sim_node(name, base / name, node_name="n1")
         spec = get_profile("minimal-1s")
         isolated = dataclasses.replace(
             spec, name="minimal-isolated", cpu=dataclasses.replace(spec.cpu, isolated=(3, 7))
         )
-        out["minimal-isolated"] = SysfsBuilder(isolated).build(base / "minimal-isolated")
+        out["minimal-isolated"] = build_sim_node(
+            isolated, base / "minimal-isolated", node_name="n1"
+        )
         yield out
 
 
+@pytest.fixture(scope="module")
+def roots(nodes: dict[str, SimNode]) -> dict[str, Path]:
+    return {name: node.root for name, node in nodes.items()}
+
+
 @pytest.fixture
-def host(roots: dict[str, Path]) -> HostFactory:
-    def make(profile: str, **cpu: Any) -> PluginHost:
-        settings = DrakitSettings(plugins={"cpu": cpu})
-        return PluginHost(settings, NodeInfo(name="n1", sysfs_root=str(roots[profile])))
+def host(nodes: dict[str, SimNode], drakit_host: KitHosts) -> HostFactory:
+    def make(profile: str, **cpu: Any) -> SimHost:
+        return drakit_host({"plugins": {"cpu": cpu}}, nodes[profile])
 
     return make
 
 
-def discover(h: PluginHost) -> dict[str, Device]:
+def discover(h: SimHost) -> dict[str, Device]:
     return {key.device: dev for key, dev in h.discover().devices.items()}
 
 
@@ -57,7 +63,7 @@ def attrs(dev: Device) -> dict[str, Any]:
     return {k: v.value for k, v in dev.attributes.items()}
 
 
-def plugin(h: PluginHost) -> CpuPlugin:
+def plugin(h: SimHost) -> CpuPlugin:
     p = h.backends["cpu"]
     assert isinstance(p, CpuPlugin)
     return p
@@ -195,12 +201,11 @@ def test_smt_control_off_and_missing(roots: dict[str, Path]) -> None:
     root = tmp / "r"
     shutil.copytree(roots["minimal-1s"], root, symlinks=True)
     control = root / "sys/devices/system/cpu/smt/control"
-    settings = DrakitSettings(plugins={"cpu": {}})
     control.write_text("off\n")
-    h = PluginHost(settings, NodeInfo(name="n", sysfs_root=str(root)))
-    assert attrs(discover(h)["cpu-numa-0"])["smt"] is False
-    control.unlink()  # no control file: inferred from the siblings
-    assert attrs(discover(h)["cpu-numa-0"])["smt"] is True
+    with open_host({"plugins": {"cpu": {}}}, SimNode(root, "minimal-1s", "n")) as h:
+        assert attrs(discover(h)["cpu-numa-0"])["smt"] is False
+        control.unlink()  # no control file: inferred from the siblings
+        assert attrs(discover(h)["cpu-numa-0"])["smt"] is True
     shutil.rmtree(tmp)
 
 
@@ -217,11 +222,10 @@ def test_smt_control_off_and_missing(roots: dict[str, Path]) -> None:
     ],
 )
 def test_node_settings_are_validated(
-    roots: dict[str, Path], section: dict[str, Any], path: str, needle: str
+    nodes: dict[str, SimNode], section: dict[str, Any], path: str, needle: str
 ) -> None:
-    settings = DrakitSettings(plugins={"cpu": section})
     with pytest.raises(ConfigInvalid) as info:
-        PluginHost(settings, NodeInfo(name="n", sysfs_root=str(roots["minimal-1s"])))
+        open_host({"plugins": {"cpu": section}}, nodes["minimal-1s"])
     [(where, message)] = info.value.errors
     assert where == path
     assert needle in message

@@ -1,16 +1,15 @@
 """Simulated NVIDIA nodes for the backend's tests, reached exactly as ``drakit node`` reaches them.
 
-Every test builds a simulated root with :mod:`drakit.sim` (sysfs plus the fake NVML's files)
-and opens the plugin host through :func:`drakit.runtime.open_host`, which hands the backend the
-root's fake NVML: the backend's code path is the one it takes over nvidia-ml-py.
+Every test builds a simulated node with the kit (``drakit_sim_node``: sysfs plus the fake
+NVML's files) and opens the plugin host through :func:`drakit.testing.open_host` (which goes
+through :func:`drakit.runtime.open_host`, handing the backend the root's fake NVML): the
+backend's code path is the one it takes over nvidia-ml-py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.models import AllocatedDevice, ClaimInfo
 from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
-from drakit.sim import SysfsBuilder, fast_tmp, get_profile
+from drakit.sim import get_profile
+from drakit.testing import SimNode, open_host
+from drakit.testing.plugin import SimNodeFactory
 from drakit_nvidia_gpu.plugin import NvidiaGpuPlugin
 
 DRIVER = "gpu.nvidia.drakit.io"
@@ -40,9 +39,14 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def build_root() -> Iterator[Build]:
+def sim_nodes() -> dict[Path, SimNode]:
+    """The nodes ``build_root`` built in this test, by root."""
+    return {}
+
+
+@pytest.fixture
+def build_root(drakit_sim_node: SimNodeFactory, sim_nodes: dict[Path, SimNode]) -> Build:
     """``build_root(profile="dgx-h100", mig=(0, 1))``: a simulated root, MIG on for those GPUs."""
-    made: list[str] = []
 
     def build(profile: str = "dgx-h100", mig: tuple[int, ...] = ()) -> Path:
         spec = get_profile(profile)
@@ -57,35 +61,33 @@ def build_root() -> Iterator[Build]:
                 }
             )
             spec = dataclasses.replace(spec, nvml=nvml)
-        tmp = tempfile.mkdtemp(prefix="dk-nv-", dir=fast_tmp())
-        made.append(tmp)
-        return SysfsBuilder(spec).build(Path(tmp))
+        node = drakit_sim_node(spec, node_name=NODE)
+        sim_nodes[node.root] = node
+        return node.root
 
-    yield build
-    for tmp in made:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return build
 
 
 @contextmanager
-def _open(root: Path, plugins: dict[str, dict[str, Any]]) -> Iterator[PluginHost]:
-    settings = DrakitSettings(node_name=NODE, sysfs_root=root, plugins=plugins)
-    with open_host(settings) as host:
+def _open(node: SimNode, plugins: dict[str, dict[str, Any]]) -> Iterator[PluginHost]:
+    with open_host({"plugins": plugins}, node) as sim:
         try:
-            yield host
+            yield sim.host
         finally:
-            for obj in host.backends.values():
+            for obj in sim.backends.values():
                 if isinstance(obj, NvidiaGpuPlugin) and obj.watcher is not None:
                     obj.watcher.stop()
 
 
 @pytest.fixture
-def open_gpu_host() -> Open:
+def open_gpu_host(sim_nodes: dict[Path, SimNode]) -> Open:
     """``with open_gpu_host(root, health_watch=False) as host`` (only the NVIDIA backend)."""
 
     def opener(
         root: Path, *, others: dict[str, dict[str, Any]] | None = None, **settings: Any
     ) -> Any:
-        return _open(root, {"nvidia_gpu": settings, **(others or {})})
+        node = sim_nodes.get(root) or SimNode(root=root, profile="unknown", node_name=NODE)
+        return _open(node, {"nvidia_gpu": settings, **(others or {})})
 
     return opener
 

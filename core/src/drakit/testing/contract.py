@@ -204,6 +204,16 @@ class BackendContract:
         """The backend finds devices on its profile (none is a failure, not a pass)."""
         self._require_devices(contract_devices)
 
+    def test_hooks_are_marked_and_settings_default(self, contract_host: SimHost) -> None:
+        """Every ``drakit_*`` method is a hook implementation; ``plugins: [name]`` enables it."""
+        obj = contract_host.backends[self.plugin]
+        implemented = set(contract_host.hook_implementations(self.plugin))
+        unmarked = sorted({n for n in dir(obj) if n.startswith("drakit_")} - implemented)
+        assert not unmarked, f"{self.plugin}: {unmarked} lack @hookimpl (they are never called)"
+        model = getattr(type(obj), "settings_model", None)
+        if model is not None:
+            model.model_validate({})  # every setting has a default
+
     def test_devices_render_into_valid_slices(
         self, contract_host: SimHost, contract_devices: list[DeviceKey], contract_driver: str
     ) -> None:

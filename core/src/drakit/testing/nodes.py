@@ -29,7 +29,15 @@ from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
 from drakit.inventory import Inventory, build_inventory
 from drakit.kubelet.client import KubeletClient
-from drakit.models import ClaimRef, DeviceHealth, PreparedDeviceRef
+from drakit.models import (
+    ClaimInfo,
+    ClaimPrepareResult,
+    ClaimRef,
+    ClaimUnprepareResult,
+    DeviceHealth,
+    PreparedDevice,
+    PreparedDeviceRef,
+)
 from drakit.node import Node
 from drakit.pluginhost import Discovered, PluginHost
 from drakit.runtime import fast_tmp
@@ -95,6 +103,10 @@ def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "
         root: where to write the tree.
         node_name: the node's name.
 
+    A spec is built through the profile registry: one whose name is not a known profile stays
+    registered under that name (later ``build_sim_node(spec.name, ...)`` finds it); one that
+    varies a known profile under its name is built without changing what the name means.
+
     Raises:
         UnknownProfileError: no profile has that name; the message lists the known ones.
         FileExistsError: ``root`` is not empty.
@@ -148,19 +160,11 @@ class SimHost:
     :attr:`host` is the plugin host itself for anything else.
     """
 
-    def __init__(self, host: PluginHost, stack: ExitStack) -> None:
+    def __init__(self, host: PluginHost, stack: ExitStack, node: SimNode) -> None:
         self.host = host
+        self.node = node
+        """The simulated node."""
         self._stack = stack
-
-    @property
-    def node(self) -> SimNode:
-        """The simulated node (rebuilt from the host's node info)."""
-        info = self.host.node
-        return SimNode(
-            root=Path(info.sysfs_root),
-            profile=self.host.settings.profile or "",
-            node_name=info.name,
-        )
 
     @property
     def backends(self) -> Mapping[str, object]:
@@ -207,6 +211,15 @@ class SimHost:
         """Device health per plugin."""
         return self.host.health()
 
+    def prepare(
+        self, plugin: str, claim: ClaimInfo, held: Sequence[PreparedDevice] = ()
+    ) -> list[PreparedDevice]:
+        """Call ``plugin``'s prepare hook directly: no checkpoint, no CDI.
+
+        :func:`run_node` runs the whole pipeline over the kubelet socket.
+        """
+        return self.host.prepare(plugin, claim, held)
+
     def hook_implementations(self, plugin: str) -> list[str]:
         """The hooks ``plugin`` implements."""
         return self.host.hook_implementations(plugin)
@@ -248,7 +261,7 @@ def open_host(config: Mapping[str, Any], node: SimNode) -> SimHost:
     except BaseException:
         stack.close()
         raise
-    return SimHost(host, stack)
+    return SimHost(host, stack, node)
 
 
 # -- claims ----------------------------------------------------------------------------------
@@ -468,6 +481,28 @@ class KubeletSide:
             error="; ".join(errors) or None,
             cdi_dir=self.cdi_dir,
         )
+
+    def prepare_batch(self, driver: str, refs: Sequence[ClaimRef]) -> dict[str, ClaimPrepareResult]:
+        """One NodePrepareResources call to ``driver`` for several claims; UID -> result.
+
+        The kubelet batches a pod's claims this way; the results are as the driver answered.
+
+        Raises:
+            PermanentError: the node does not serve ``driver``.
+        """
+        with self._client(driver) as client:
+            return client.prepare(list(refs))
+
+    def unprepare_batch(
+        self, driver: str, refs: Sequence[ClaimRef]
+    ) -> dict[str, ClaimUnprepareResult]:
+        """One NodeUnprepareResources call to ``driver`` for several claims.
+
+        Raises:
+            PermanentError: the node does not serve ``driver``.
+        """
+        with self._client(driver) as client:
+            return client.unprepare(list(refs))
 
     def unprepare(self, claim: Mapping[str, Any]) -> str | None:
         """NodeUnprepareResources for ``claim``; the drivers' errors, ``None`` on success.
