@@ -171,7 +171,9 @@ def test_the_doc_commands_pass(generated: Generated, argv: list[str]) -> None:
             pytest.skip("this drakit does not read the drakit.profiles entry point group")
     out = _check(generated.run(*argv))
     if argv[0] == "pytest":
-        assert re.search(r"\b12 passed\b", out), out
+        passed = re.search(r"\b(\d+) passed\b", out)
+        assert passed, out
+        assert int(passed.group(1)) >= 10, out  # its own tests and the contract suite's
         assert "failed" not in out, out
         assert "skipped" not in out, out
 

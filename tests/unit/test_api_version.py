@@ -1,4 +1,4 @@
-"""``drakit.hookspecs.API_VERSION`` and the ``drakit_api`` check when a plugin is loaded.
+"""``drakit.hookspecs.API_VERSION`` and the ``hook_api`` check when a plugin is loaded.
 
 The plugins are real entry points (the ``entry_points`` fixture installs throwaway
 distributions), loaded by the real plugin host.
@@ -28,8 +28,8 @@ MAJOR = Version(API_VERSION).major
 
 
 def backend(api: str | None) -> str:
-    """A minimal backend's source, declaring ``drakit_api = api`` unless ``api`` is None."""
-    declared = "" if api is None else f"drakit_api = {api!r}"
+    """A minimal backend's source, declaring ``hook_api = api`` unless ``api`` is None."""
+    declared = "" if api is None else f"hook_api = {api!r}"
     return f"""
         from drakit import PluginSettings
         class Plugin:
@@ -92,7 +92,7 @@ def test_a_strategy_needing_another_api_is_refused_when_selected(
         from drakit.strategies import Strategy
         class Plugin(Strategy):
             name = "later"
-            drakit_api = ">={MAJOR + 1}"
+            hook_api = ">={MAJOR + 1}"
         """,
     )
     settings = DrakitSettings(plugins={"cpu": {"strategy": "later"}})

@@ -81,7 +81,7 @@ def test_every_generated_file_is_valid_for_any_name(name: str) -> None:
     assert "sources" not in project.get("tool", {}).get("uv", {})
     assert project["tool"]["mypy"]["plugins"] == ["pydantic.mypy"]
     assert (
-        f'drakit_api: ClassVar[str] = ">={API_VERSION},<'
+        f'hook_api: ClassVar[str] = ">={API_VERSION},<'
         in files[Path(f"src/{names.module}/plugin.py")]
     )
 

@@ -147,13 +147,13 @@ def load_entry_points(group: str, names: Sequence[str]) -> list[tuple[str, Any]]
 
 
 def check_api_version(name: str, cls: object) -> None:
-    """Refuse a plugin whose ``drakit_api`` specifier excludes :data:`hookspecs.API_VERSION`.
+    """Refuse a plugin whose ``hook_api`` specifier excludes :data:`hookspecs.API_VERSION`.
 
     Raises:
         PluginLoadError: the declared specifier is malformed or does not admit this drakit's
             hook API; the message names the plugin, what it needs and what is installed.
     """
-    wanted = getattr(cls, "drakit_api", None)
+    wanted = getattr(cls, "hook_api", None)
     if wanted is None:
         return
     try:
@@ -161,7 +161,7 @@ def check_api_version(name: str, cls: object) -> None:
     except InvalidSpecifier as e:
         raise PluginLoadError(
             name,
-            f"drakit_api = {wanted!r} is not a version specifier; write one such as "
+            f"hook_api = {wanted!r} is not a version specifier; write one such as "
             f"'>={hookspecs.API_VERSION},<{int(hookspecs.API_VERSION.split('.')[0]) + 1}'",
         ) from e
     if not spec.contains(hookspecs.API_VERSION, prereleases=True):
