@@ -4,24 +4,31 @@ Public API (see ``docs/testing.md``, "Testing your backend with drakit.testing")
 fixtures ``drakit_sim_node``, ``drakit_host`` and ``drakit_node`` come from
 :mod:`drakit.testing.plugin`, which pytest loads by itself where drakit is installed. Needs
 pytest (``pip install 'drakit[testing]'``).
+
+The names are imported on first use, so that loading the pytest plugin (every pytest run in an
+environment with drakit) does not import the node, the gRPC layer and the Kubernetes client.
 """
 
 from __future__ import annotations
 
-from drakit.testing.contract import BackendContract
-from drakit.testing.nodes import (
-    CLAIM_NAMESPACE,
-    ClaimStore,
-    KubeletSide,
-    PrepareOutcome,
-    RunningNode,
-    SimHost,
-    SimNode,
-    allocated_claim,
-    build_sim_node,
-    open_host,
-    run_node,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from drakit.testing.contract import BackendContract
+    from drakit.testing.nodes import (
+        CLAIM_NAMESPACE,
+        ClaimStore,
+        KubeletSide,
+        PrepareOutcome,
+        RunningNode,
+        SimHost,
+        SimNode,
+        allocated_claim,
+        build_sim_node,
+        open_host,
+        run_node,
+    )
 
 __all__ = [
     "CLAIM_NAMESPACE",
@@ -37,3 +44,16 @@ __all__ = [
     "open_host",
     "run_node",
 ]
+
+_HOME = {name: "drakit.testing.nodes" for name in __all__} | {
+    "BackendContract": "drakit.testing.contract"
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'drakit.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

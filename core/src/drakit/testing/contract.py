@@ -180,9 +180,13 @@ class BackendContract:
         *,
         name: str,
         config: Sequence[dict[str, Any]] = (),
+        slices: Sequence[Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """An allocated claim of ``keys`` (one request each), stored in the node's source."""
-        shares = _device_results(running.slices(), driver, keys)
+        """An allocated claim of ``keys`` (one request each), stored in the node's source.
+
+        ``slices``: the node's rendered slices (default: rendered now).
+        """
+        shares = _device_results(running.slices() if slices is None else slices, driver, keys)
         pools = {k.pool for k in keys}
         claim = allocated_claim(
             name,
@@ -248,8 +252,11 @@ class BackendContract:
     ) -> None:
         """Each device prepares alone over the kubelet socket, with CDI edits, then unprepares."""
         self._require_devices(contract_devices)
+        slices = contract_running.slices()
         for i, key in enumerate(contract_devices):
-            claim = self._claim(contract_running, contract_driver, [key], name=f"contract-{i}")
+            claim = self._claim(
+                contract_running, contract_driver, [key], name=f"contract-{i}", slices=slices
+            )
             out = contract_running.kubelet.prepare(claim)
             assert out.error is None, f"prepare of {key} failed: {out.error}"
             assert [(d.pool, d.device) for d in out.devices] == [(key.pool, key.device)], (
@@ -307,12 +314,8 @@ class BackendContract:
         if "drakit_device_health" not in contract_running.host.hook_implementations(self.plugin):
             pytest.skip(f"plugin {self.plugin!r} does not implement drakit_device_health")
         reported = contract_running.health().get(self.plugin, [])
-        contract_running.inventory()  # the devices as they are now
-        owned = {
-            k
-            for k, owner in contract_running.host.discover().owners.items()
-            if owner == self.plugin
-        }
+        now = contract_running.host.discover()  # the devices as they are now
+        owned = {k for k, owner in now.owners.items() if owner == self.plugin}
         strangers = sorted(
             str(key)
             for h in reported

@@ -16,20 +16,16 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from drakit.runtime import fast_tmp
-from drakit.sim import DEFAULT_PROFILE, MachineSpec
-from drakit.testing.nodes import (
-    RunningNode,
-    SimHost,
-    SimNode,
-    build_sim_node,
-    open_host,
-    run_node,
-)
+if TYPE_CHECKING:
+    from drakit.sim import MachineSpec
+    from drakit.testing.nodes import RunningNode, SimHost, SimNode
+
+# drakit.testing.nodes (the node, gRPC, the Kubernetes client) is imported by the fixtures, when
+# a test uses one: pytest loads this plugin in every run where drakit is installed.
 
 __all__ = [
     "HostFactory",
@@ -68,6 +64,9 @@ class NodeFactory(Protocol):
 @pytest.fixture
 def drakit_sim_node() -> Iterator[SimNodeFactory]:
     """``drakit_sim_node(profile_or_spec, node_name="node-1")``: a simulated node for this test."""
+    from drakit.sim import fast_tmp
+    from drakit.testing.nodes import build_sim_node
+
     made: list[Path] = []
 
     def build(profile: str | MachineSpec, *, node_name: str = "node-1") -> SimNode:
@@ -83,6 +82,9 @@ def drakit_sim_node() -> Iterator[SimNodeFactory]:
 @pytest.fixture
 def drakit_host(drakit_sim_node: SimNodeFactory) -> Iterator[HostFactory]:
     """``drakit_host(config, node=None)``: a plugin host, closed after the test."""
+    from drakit.sim import DEFAULT_PROFILE
+    from drakit.testing.nodes import open_host
+
     with ExitStack() as stack:
 
         def open_(config: Mapping[str, Any], node: SimNode | None = None) -> SimHost:
@@ -94,6 +96,9 @@ def drakit_host(drakit_sim_node: SimNodeFactory) -> Iterator[HostFactory]:
 @pytest.fixture
 def drakit_node(drakit_sim_node: SimNodeFactory) -> Iterator[NodeFactory]:
     """``drakit_node(config, node=None)``: a running node, stopped after the test."""
+    from drakit.sim import DEFAULT_PROFILE, fast_tmp
+    from drakit.testing.nodes import run_node
+
     with ExitStack() as stack:
         dirs: list[Path] = []
 
