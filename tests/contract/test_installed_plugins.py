@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from contextlib import AbstractContextManager
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,10 +27,12 @@ from drakit.config import PluginSettings
 from drakit.context import PluginContext
 from drakit.errors import PermanentError
 from drakit.models import NodeInfo
+from drakit.sim import get_profile
+from drakit.sim.ainic import SriovKernel
 from drakit.slices import check_driver_name
 from drakit.strategies import Strategy
 from drakit.strategy_models import SelectionRequest, SelectionResult
-from drakit.testing import BackendContract
+from drakit.testing import BackendContract, SimNode
 from drakit.testing.plugin import HostFactory, SimNodeFactory
 
 PROFILE = "h200-8gpu-8ainic"
@@ -70,6 +73,19 @@ class TestAmdAinicContract(BackendContract):
         {"apiVersion": NIC_CONFIG, "kind": "NicConfig", "queues": 0},
         {"apiVersion": NIC_CONFIG, "kind": "NicConfig", "rdma": {"enabled": "sometimes"}},
     )
+
+
+class TestAmdAinicSharedContract(BackendContract):
+    """Shared NICs: allocated with a shareID and consumed capacity, prepared on demand as VFs."""
+
+    plugin = "amd_ainic"
+    profile = PROFILE
+    config: ClassVar[dict[str, Any]] = {"default_mode": "shared", "vf_limit": 2}
+
+    @classmethod
+    def simulation(cls, node: SimNode) -> AbstractContextManager[object]:
+        # the simulated kernel creates the VFs a shared prepare asks for
+        return SriovKernel(get_profile(PROFILE), node.root)
 
 
 class TestAmdGpuContract(BackendContract):

@@ -25,7 +25,7 @@ def test_the_section_has_examples() -> None:
     assert len(examples()) >= 2  # the contract and the prepare example
 
 
-@pytest.mark.parametrize("index", range(2))
+@pytest.mark.parametrize("index", range(len(examples())))
 def test_example_passes(pytester: pytest.Pytester, index: int) -> None:
     pytester.makepyfile(**{f"test_example_{index}": examples()[index]})
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from drakit.errors import ConfigInvalid
-from drakit.sim import UnknownProfileError, get_profile
+from drakit.sim import UnknownProfileError, get_profile, list_profiles
 from drakit.testing import allocated_claim, build_sim_node, open_host, run_node
 from drakit.testing.plugin import HostFactory, NodeFactory, SimNodeFactory
 
@@ -26,6 +26,15 @@ def test_a_spec_variant_is_built_without_changing_the_profile(tmp_path: Path) ->
     assert get_profile("minimal-1s") == spec  # the registry still means the original
     plain = build_sim_node("minimal-1s", tmp_path / "p")
     assert (plain.root / "sys/devices/system/cpu/isolated").read_text().strip() == ""
+
+
+def test_a_new_spec_is_built_without_registering_its_name(tmp_path: Path) -> None:
+    before = list_profiles()
+    spec = dataclasses.replace(get_profile("minimal-1s"), name="kit-only-spec")
+    node = build_sim_node(spec, tmp_path / "n")
+    assert node.profile == "kit-only-spec"
+    assert (node.root / "sys/devices/system/cpu/online").read_text().strip() == "0-7"
+    assert list_profiles() == before
 
 
 def test_an_unknown_profile_names_the_known_ones(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import stat
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -127,11 +128,27 @@ class BackendContract:
         """The simulated node built from :attr:`profile`."""
         return build_sim_node(cls.profile, contract_dir / "root", node_name=cls.node_name)
 
+    @classmethod
+    def simulation(cls, node: SimNode) -> AbstractContextManager[object]:
+        """Stand-ins that must run beside the simulated tree while the contract runs.
+
+        Override it when the simulated hardware needs a live part (for example a simulated
+        kernel that creates VFs when ``sriov_numvfs`` is written); the default runs nothing.
+        """
+        return nullcontext()
+
     @pytest.fixture(scope="class")
     @classmethod
-    def contract_host(cls, contract_node: SimNode) -> Iterator[SimHost]:
+    def contract_simulation(cls, contract_node: SimNode) -> Iterator[SimNode]:
+        """The simulated node with :meth:`simulation` running."""
+        with cls.simulation(contract_node):
+            yield contract_node
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def contract_host(cls, contract_simulation: SimNode) -> Iterator[SimHost]:
         """A plugin host with the contract's configuration."""
-        with open_host(cls.drakit_config(), contract_node) as host:
+        with open_host(cls.drakit_config(), contract_simulation) as host:
             yield host
 
     @pytest.fixture(scope="class")

@@ -42,13 +42,7 @@ from drakit.node import Node
 from drakit.pluginhost import Discovered, PluginHost
 from drakit.runtime import fast_tmp
 from drakit.runtime import open_host as _runtime_host
-from drakit.sim import (
-    MachineSpec,
-    UnknownProfileError,
-    build_profile,
-    get_profile,
-    register_profile,
-)
+from drakit.sim import MachineSpec, SysfsBuilder, build_profile
 
 __all__ = [
     "CLAIM_NAMESPACE",
@@ -69,9 +63,6 @@ CLAIM_NAMESPACE = "default"
 
 _KIT_KEYS = ("sysfs_root", "profile", "node_name", "kubelet_dir", "cdi_dir", "state_dir")
 """Configuration keys the kit sets itself (from the :class:`SimNode` and the node's dirs)."""
-
-_REGISTER_LOCK = threading.Lock()
-
 
 # -- simulated nodes -------------------------------------------------------------------------
 
@@ -95,6 +86,9 @@ class SimNode:
 def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "node-1") -> SimNode:
     """Build a simulated node's tree under ``root`` (missing or empty).
 
+    A spec is built as :func:`drakit.sim.build_profile` builds a profile's, and is not
+    registered: the profile registry (what ``--profile`` finds) is left as it was.
+
     Args:
         profile: a profile name (built-in, registered with :func:`drakit.sim.register_profile`
             or installed through the ``drakit.profiles`` entry point group), or a
@@ -103,10 +97,6 @@ def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "
         root: where to write the tree.
         node_name: the node's name.
 
-    A spec is built through the profile registry: one whose name is not a known profile stays
-    registered under that name (later ``build_sim_node(spec.name, ...)`` finds it); one that
-    varies a known profile under its name is built without changing what the name means.
-
     Raises:
         UnknownProfileError: no profile has that name; the message lists the known ones.
         FileExistsError: ``root`` is not empty.
@@ -114,27 +104,8 @@ def build_sim_node(profile: str | MachineSpec, root: Path, *, node_name: str = "
     if isinstance(profile, str):
         build_profile(profile, root)
         return SimNode(root=root, profile=profile, node_name=node_name)
-    _build_spec(profile, root)
+    SysfsBuilder(profile).build(root)  # what build_profile does, without registering a name
     return SimNode(root=root, profile=profile.name, node_name=node_name)
-
-
-def _build_spec(spec: MachineSpec, root: Path) -> None:
-    """Build ``spec`` through the profile registry, leaving the registry as it was."""
-    with _REGISTER_LOCK:
-        try:
-            known: MachineSpec | None = get_profile(spec.name)
-        except UnknownProfileError:
-            known = None
-        if known == spec:
-            build_profile(spec.name, root)
-            return
-        register_profile(spec.name, lambda: spec, replace=True)
-        try:
-            build_profile(spec.name, root)
-        finally:
-            if known is not None:
-                original = known
-                register_profile(spec.name, lambda: original, replace=True)
 
 
 def _settings(config: Mapping[str, Any], node: SimNode, **paths: Any) -> DrakitSettings:
