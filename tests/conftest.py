@@ -7,6 +7,9 @@
 * ``entry_points``: installs throwaway distributions (a module and a ``.dist-info`` with
   ``entry_points.txt``) on ``sys.path`` for one test, so the plugin host finds them through
   ``importlib.metadata`` exactly as it finds a pip-installed vendor plugin.
+
+Importing this conftest installs the fixture distributions of ``tests/fixtures/`` (the
+``example_fpga`` backend, the ``reverse`` strategy) for the test session only.
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from pathlib import Path
 
 import pytest
 import stevedore  # noqa: TID251 - see the entry_points fixture
+from tests.fixtures.install import install_fixture_distributions
 
 from drakit.config import DrakitSettings
 from drakit.runtime import fast_tmp
 from drakit.sim import build_profile
+
+# drakit-example-thirdparty is installed for these tests only (see tests/fixtures/install.py)
+install_fixture_distributions()
 
 
 @pytest.fixture

@@ -1,10 +1,12 @@
 """drakit: a hook-driven framework for Kubernetes DRA node drivers.
 
-The public API is what this module exports plus :mod:`drakit.hookspecs`, :mod:`drakit.models`,
-:mod:`drakit.errors`, :mod:`drakit.config` (``PluginSettings``), :mod:`drakit.sysfs`,
-:mod:`drakit.cpuset`, :mod:`drakit.strategies`, :mod:`drakit.sim` and :mod:`drakit.testing`
-(the test kit for backends: simulated nodes, hosts, running nodes, the contract suite; a pytest
-plugin, needs ``drakit[testing]``). Everything else may change without notice.
+The public API (``docs/compatibility.md``) is what this module exports plus
+:mod:`drakit.hookspecs`, :mod:`drakit.models`, :mod:`drakit.config`, :mod:`drakit.context`,
+:mod:`drakit.errors`, :mod:`drakit.sysfs`, :mod:`drakit.cpuset`, :mod:`drakit.strategies`,
+:mod:`drakit.strategy_models`, :mod:`drakit.deviceclasses`, and for tests
+:mod:`drakit.testing` (the test kit for backends: simulated nodes, hosts, running nodes, the
+contract suite; a pytest plugin, needs ``drakit[testing]``) and :mod:`drakit.sim` (simulated
+hardware). Everything else may change without notice.
 """
 
 from __future__ import annotations

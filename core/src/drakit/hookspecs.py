@@ -51,10 +51,18 @@ from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClai
 
 PROJECT = "drakit"
 
+API_VERSION = "1.0"
+"""The version of this hook contract (``major.minor``), promised in ``docs/compatibility.md``.
+
+A minor version adds hooks or optional parameters; a major version removes or changes one. A
+plugin class may declare the versions it works with as ``hook_api = ">=1.0,<2"`` (a
+``packaging`` specifier set); the plugin host refuses to load it when this version is outside.
+"""
+
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-__all__ = ["PROJECT", "hookimpl", "hookspec"]
+__all__ = ["API_VERSION", "PROJECT", "hookimpl", "hookspec"]
 
 # ---------------------------------------------------------------------------------------------
 # discovery hooks

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol, cast
 
 import pluggy
 import stevedore
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ValidationError
 
 from drakit import hookspecs
@@ -165,6 +166,37 @@ def load_entry_points(group: str, names: Sequence[str]) -> list[tuple[str, Any]]
     return [(ext.name, ext.plugin) for ext in mgr]
 
 
+def check_api_version(name: str, cls: object) -> None:
+    """Refuse a plugin whose ``hook_api`` specifier excludes :data:`hookspecs.API_VERSION`.
+
+    Raises:
+        PluginLoadError: the declared specifier is malformed or does not admit this drakit's
+            hook API; the message names the plugin, what it needs and what is installed.
+    """
+    wanted = getattr(cls, "hook_api", None)
+    if wanted is None:
+        return
+    try:
+        spec = SpecifierSet(str(wanted))
+    except InvalidSpecifier as e:
+        raise PluginLoadError(
+            name,
+            f"hook_api = {wanted!r} is not a version specifier; write one such as "
+            f"'>={hookspecs.API_VERSION},<{int(hookspecs.API_VERSION.split('.')[0]) + 1}'",
+        ) from e
+    if not spec.contains(hookspecs.API_VERSION, prereleases=True):
+        try:
+            installed = metadata.version("drakit")
+        except metadata.PackageNotFoundError:
+            installed = "(unknown version)"
+        raise PluginLoadError(
+            name,
+            f"needs drakit hook API {spec} but the installed drakit {installed} serves "
+            f"API {hookspecs.API_VERSION}; install a drakit whose API matches, or a release of "
+            "the plugin made for this one (see docs/compatibility.md)",
+        )
+
+
 @dataclass
 class Discovered:
     """The result of one discovery round across all plugins."""
@@ -240,6 +272,7 @@ class PluginHost:
         classes = load_entry_points(PLUGIN_GROUP, list(self.settings.plugins))
         validated: list[tuple[str, Any, PluginSettings]] = []
         for name, cls in classes:
+            check_api_version(name, cls)
             model = getattr(cls, "settings_model", PluginSettings)
             try:
                 section = model.model_validate(self.settings.plugins.get(name) or {})
@@ -297,6 +330,7 @@ class PluginHost:
         for entry in installed_strategies():
             try:
                 [(name, cls)] = load_entry_points(STRATEGY_GROUP, [entry.name])
+                check_api_version(name, cls)
             except PluginLoadError:
                 if entry.name in wanted:
                     raise
