@@ -17,11 +17,10 @@ from pathlib import Path
 
 from drakit.config import DrakitSettings
 from drakit.models import NodeInfo
-from drakit.pluginhost import PLUGIN_GROUP, PluginHost, installed_plugins, load_entry_points
+from drakit.pluginhost import PluginHost, installed_plugins
 from drakit.simseam import fast_tmp, is_simulated, simulator
 
 __all__ = [
-    "COMPOSED",
     "DEFAULT_PLUGINS",
     "default_node_name",
     "default_sections",
@@ -33,10 +32,6 @@ __all__ = [
 
 DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_gpu", "amd_ainic", "composite")
 """Backends enabled when the configuration names none: those of these that are installed."""
-
-COMPOSED = ("nvidia_gpu", "amd_gpu", "amd_ainic")
-"""Default backends that publish under the composite's driver when it is enabled by default
-(a pair shares counters with its members only in one driver's pool, ``docs/composite.md``)."""
 
 
 def default_node_name(settings: DrakitSettings) -> str:
@@ -58,18 +53,12 @@ def effective_settings(settings: DrakitSettings) -> DrakitSettings:
 
 
 def default_sections(names: Sequence[str]) -> dict[str, dict[str, object]]:
-    """Empty sections for ``names``, :data:`COMPOSED` under the composite's driver if it is one.
+    """Empty sections for ``names``: what the defaults and ``drakit claim validate`` load.
 
-    What the defaults and ``drakit claim validate`` (every installed backend) load.
+    A composite's members among them publish under its driver because their sections name no
+    driver (:func:`drakit.config.plugin_drivers`).
     """
-    plugins: dict[str, dict[str, object]] = {n: {} for n in names}
-    if "composite" in plugins:
-        [(_, composite)] = load_entry_points(PLUGIN_GROUP, ["composite"])
-        shared = str(composite.default_driver)
-        for name in COMPOSED:
-            if name in plugins:
-                plugins[name] = {"driver": shared}
-    return plugins
+    return {n: {} for n in names}
 
 
 @contextmanager
