@@ -26,6 +26,7 @@ never crash-loops, and never hands out a device a running claim may hold.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -103,9 +104,19 @@ def _canonical(rec: ClaimRecord) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
+def _entry(uid: str, canonical: str) -> str:
+    """One ``"uid":{record}`` member of the claims object, as checksummed and as written."""
+    return f"{json.dumps(uid)}:{canonical}"
+
+
 def _body(driver: str, boot_id: str, claims: Mapping[str, str]) -> str:
     """Canonical JSON of driver, boot ID and (already canonical) claims: what is checksummed."""
-    items = ",".join(f"{json.dumps(uid)}:{claims[uid]}" for uid in sorted(claims))
+    return _body_of(driver, boot_id, [_entry(uid, claims[uid]) for uid in sorted(claims)])
+
+
+def _body_of(driver: str, boot_id: str, entries: list[str]) -> str:
+    """:func:`_body` from the claims' entries, in UID order."""
+    items = ",".join(entries)
     return f'{{"bootID":{json.dumps(boot_id)},"claims":{{{items}}},"driver":{json.dumps(driver)}}}'
 
 
@@ -168,6 +179,8 @@ class CheckpointStore:
         recover: Recover | None = None,
     ) -> None:
         self.path = path
+        self._file = os.fspath(path)  # str paths: pathlib's conversions cost on every write
+        self._tmp = os.fspath(path.with_name(f".{path.name}.tmp"))
         self.driver = driver
         self.boot_id = boot_id
         self.on_repair = on_repair
@@ -183,7 +196,7 @@ class CheckpointStore:
 
     def _on_disk(self) -> tuple[int, int, int, int] | None:
         try:
-            st = os.lstat(self.path)
+            st = os.lstat(self._file)
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -231,7 +244,7 @@ class CheckpointStore:
             return self._move_aside("its JSON is nested too deeply")
         except (ValueError, ValidationError) as e:
             return self._move_aside(str(e).splitlines()[0])
-        self._canon = {uid: (rec, canon[uid]) for uid, rec in cp.claims.items()}
+        self._canon = {uid: (rec, _entry(uid, canon[uid])) for uid, rec in cp.claims.items()}
         if cp.boot_id == self.boot_id:
             self._ident = self._on_disk()
             return self._recovered(cp, "", save=False)
@@ -302,16 +315,15 @@ class CheckpointStore:
         """
         cp.boot_id = self.boot_id
         cache = self._canon
-        canon: dict[str, str] = {}
         fresh: dict[str, tuple[ClaimRecord, str]] = {}
         for uid, rec in cp.claims.items():
             hit = cache.get(uid)
-            text = hit[1] if hit is not None and hit[0] is rec else _canonical(rec)
-            canon[uid] = text
-            fresh[uid] = (rec, text)
-        body = _body(cp.driver, cp.boot_id, canon)
-        cp.checksum = hashlib.sha256(body.encode()).hexdigest()
-        items = ",\n".join(f" {json.dumps(uid)}:{canon[uid]}" for uid in sorted(canon))
+            if hit is None or hit[0] is not rec:
+                hit = (rec, _entry(uid, _canonical(rec)))
+            fresh[uid] = hit
+        entries = [fresh[uid][1] for uid in sorted(fresh)]
+        cp.checksum = hashlib.sha256(_body_of(cp.driver, cp.boot_id, entries).encode()).hexdigest()
+        items = ",\n".join([" " + e for e in entries])
         text = (
             f'{{"apiVersion":{json.dumps(cp.api_version)},"kind":{json.dumps(cp.kind)},'
             f'"driver":{json.dumps(cp.driver)},"bootID":{json.dumps(cp.boot_id)},'
@@ -330,14 +342,14 @@ class CheckpointStore:
     def _write(self, data: bytes) -> tuple[int, int, int, int]:
         # A fixed temp name: every writer of this file holds the driver's lock (the flock
         # serialises the two instances of a rolling update too); a stale one is truncated.
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp = self._tmp
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             fd = os.open(tmp, flags, 0o600)
         except OSError as e:
             if e.errno != errno.ELOOP:
                 raise
-            tmp.unlink()  # a link planted at the temp name is never followed
+            os.unlink(tmp)  # a link planted at the temp name is never followed
             fd = os.open(tmp, flags | os.O_EXCL, 0o600)
         try:
             try:
@@ -348,9 +360,10 @@ class CheckpointStore:
                 st = os.fstat(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, self.path)
+            os.replace(tmp, self._file)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
             raise
         if self._dfd is None:
             self._dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

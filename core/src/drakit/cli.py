@@ -430,8 +430,21 @@ def node(
             update={"metrics": settings.metrics.model_copy(update={"port": metrics_port})}
         )
     logging.getLogger().setLevel(settings.log_level)
+    _lean_log_records()
     kube = KubeClient.from_kubeconfig(settings.kubeconfig)
     Node(settings, kube=kube).run()
+
+
+def _lean_log_records() -> None:
+    """Stop collecting what the log format never shows: caller, thread, process.
+
+    The logging HOWTO's "Optimization" switches, set by the node process only (it owns its
+    logging; a prepare logs one INFO line per claim). Never set where drakit is a library.
+    """
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 @cli.command()

@@ -1,0 +1,131 @@
+"""The claim GET's lean path: keep-alive reuse, a connection the server dropped, errors.
+
+A real HTTP server on loopback stands in for the API server (the wire is the seam); the
+client is drakit's ``KubeClient`` on a real ``kubernetes`` ApiClient.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import kubernetes
+import pytest
+
+from drakit.errors import RetryableError
+from drakit.kube import KubeClient, NotFoundError
+
+CLAIM = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like the API server
+    connections: ClassVar[set[tuple[str, int]]] = set()
+    drop_after_reply: ClassVar[bool] = False
+    reset: ClassVar[bool] = False
+    close_on_second: ClassVar[bool] = False
+    served = 0  # requests on this connection (one handler instance per connection)
+
+    def do_GET(self) -> None:
+        type(self).connections.add(self.client_address)
+        self.served += 1
+        if self.reset or (self.close_on_second and self.served == 2):  # close without answering: the client sees the peer go away
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+            self.close_connection = True
+            return
+        if self.path != CLAIM:
+            body = json.dumps({"kind": "Status", "code": 404, "message": "not found"}).encode()
+            self.send_response(404)
+        else:
+            body = json.dumps({"metadata": {"name": "c", "uid": "u"}}).encode()
+            self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        # Like an idle timeout on the server: the socket goes away although the reply
+        # promised nothing (no "Connection: close"), so the client still holds it.
+        self.close_connection = self.drop_after_reply
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[ThreadingHTTPServer, type[_Handler]]]:
+    handler = type("Handler", (_Handler,), {"connections": set()})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield srv, handler
+    srv.shutdown()
+    srv.server_close()
+
+
+def _client(srv: ThreadingHTTPServer) -> KubeClient:
+    host, port = srv.server_address[:2]
+    cfg = kubernetes.client.Configuration(host=f"http://{host!s}:{port}")
+    return KubeClient(kubernetes.client.ApiClient(cfg), request_timeout=5)
+
+
+def test_gets_reuse_one_keep_alive_connection(
+    server: tuple[ThreadingHTTPServer, type[_Handler]],
+) -> None:
+    srv, handler = server
+    kube = _client(srv)
+    for _ in range(5):
+        assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"
+    assert len(handler.connections) == 1
+
+
+def test_a_connection_the_server_dropped_is_replaced_and_the_get_succeeds(
+    server: tuple[ThreadingHTTPServer, type[_Handler]],
+) -> None:
+    srv, handler = server
+    handler.drop_after_reply = True
+    kube = _client(srv)
+    for _ in range(3):
+        assert kube.get_resource_claim("ns", "c")["metadata"]["name"] == "c"
+    assert len(handler.connections) == 3  # one per GET: each was dropped after its reply
+
+
+def test_a_connection_closed_as_the_request_arrives_is_retried_once_on_a_new_one(
+    server: tuple[ThreadingHTTPServer, type[_Handler]],
+) -> None:
+    # The race the pool's dropped-connection check cannot see: the server closes the kept-alive
+    # connection just as the next request goes out on it.
+    srv, handler = server
+    handler.close_on_second = True
+    kube = _client(srv)
+    for _ in range(3):
+        assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"
+    assert len(handler.connections) == 3  # every second request on a connection moved on
+
+
+def test_error_status_keeps_the_connection_and_names_the_request(
+    server: tuple[ThreadingHTTPServer, type[_Handler]],
+) -> None:
+    srv, handler = server
+    kube = _client(srv)
+    with pytest.raises(NotFoundError, match="resourceclaims/missing"):
+        kube.get_resource_claim("ns", "missing")
+    assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"
+    assert len(handler.connections) == 1
+
+
+def test_a_server_that_resets_every_connection_is_a_retryable_error(
+    server: tuple[ThreadingHTTPServer, type[_Handler]],
+) -> None:
+    srv, handler = server
+    kube = _client(srv)
+    assert kube.get_resource_claim("ns", "c")  # a kept-alive connection first
+    handler.reset = True
+    with pytest.raises(RetryableError, match="cannot reach the API server"):
+        kube.get_resource_claim("ns", "c")
+    handler.reset = False
+    assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"  # pool recovered
