@@ -244,3 +244,21 @@ def _env(tmp: Path, uid: str) -> list[str]:
 def _numa_cpus(state: DriverState, node: int) -> frozenset[int]:
     root = Path(state.host.node.sysfs_root)
     return parse_cpulist((root / f"sys/devices/system/node/node{node}/cpulist").read_text())
+
+
+def test_whole_gpus_do_not_fit_locked_in_mode() -> None:
+    p = {
+        "nvidia_gpu": {},
+        "composite": {
+            "driver": DRIVER,
+            "locked": [{"plugin": "nvidia_gpu", "capacity": "memory", "shares": 2}],
+        },
+    }
+    with (
+        pytest.raises(ConfigInvalid) as err,
+        open_host(DrakitSettings(profile=PROFILE, plugins=p)) as h,
+    ):
+        h.discover()
+    path, message = err.value.errors[0]
+    assert path == "plugins.composite.locked[0].plugin"
+    assert message.startswith("gpu-0: is allocated whole (no allowMultipleAllocations)")
