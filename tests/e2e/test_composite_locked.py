@@ -47,7 +47,12 @@ PROFILE = "h200-8gpu-8ainic"
 DRIVER = "cpus.e2e.drakit.io"
 PLUGINS: dict[str, Any] = {
     "cpu": {},
-    "composite": {"driver": DRIVER, "locked": [{"plugin": "cpu", "shares": 4}]},
+    "composite": {
+        "driver": DRIVER,
+        "gpu_plugins": [],  # no pairs: the composite only divides the CPU groups
+        "nic_plugins": [],
+        "locked": [{"plugin": "cpu", "shares": 4}],
+    },
 }
 NUMA = 'device.attributes["resource.kubernetes.io"].numaNode == {}'
 
@@ -69,8 +74,6 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
         objects = render_device_classes(host.driver_names(), host.device_classes(), {})
     classes: dict[str, str] = {}
     for obj in objects:
-        if obj["metadata"]["name"].startswith("gpu-nic-pair"):
-            continue  # no GPUs or NICs here
         own = f"{obj['metadata']['name']}-{suffix}"
         classes[obj["metadata"]["name"]] = own
         obj["metadata"]["name"] = own

@@ -33,7 +33,10 @@ PROFILE = "h200-8gpu-8ainic"
 
 def plugins(**locked: Any) -> dict[str, Any]:
     entry = {"plugin": "cpu", "shares": 4} | locked
-    return {"cpu": {}, "composite": {"driver": DRIVER, "locked": [entry]}}
+    return {
+        "cpu": {},
+        "composite": {"driver": DRIVER, "gpu_plugins": [], "nic_plugins": [], "locked": [entry]},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +78,7 @@ def test_shares_render_into_valid_slices_and_classes_select_by_type(host: Plugin
     assert all(not (s["spec"].get("devices") and s["spec"].get("sharedCounters")) for s in slices)
     objs = render_device_classes(host.driver_names(), host.device_classes(), {})
     spec = {o["metadata"]["name"]: o["spec"] for o in objs}
+    assert sorted(spec) == ["cpu", "cpu-share"]  # no pairs wanted: no pair classes
     attr = f'device.attributes["{DRIVER}"].type in '
     assert [s["cel"]["expression"] for s in spec["cpu-share"]["selectors"]] == [
         f'device.driver == "{DRIVER}"',
@@ -251,6 +255,7 @@ def test_whole_gpus_do_not_fit_locked_in_mode() -> None:
         "nvidia_gpu": {},
         "composite": {
             "driver": DRIVER,
+            "nic_plugins": [],
             "locked": [{"plugin": "nvidia_gpu", "capacity": "memory", "shares": 2}],
         },
     }

@@ -72,8 +72,8 @@ def member_problems(
 ) -> list[tuple[str, str]]:
     """Why the member backends cannot share counters with the pairs, one ``(path, fix)`` each.
 
-    At least one GPU backend and one NIC backend must be enabled (unless the composite only
-    divides members, ``locked``), every backend of ``locked`` must be enabled, and every enabled
+    At least one of the GPU backends and one of the NIC backends must be enabled (unless the
+    list is empty: no pairs), every backend of ``locked`` must be enabled, and every enabled
     member must publish under the composite's driver.
     """
     out: list[tuple[str, str]] = []
@@ -94,7 +94,7 @@ def member_problems(
         ("locked", tuple(dict.fromkeys(locked))),
     ):
         enabled = [m for m in members if m in peers and m != name]
-        if not enabled and field != "locked" and not settings.locked:
+        if not enabled and members and field != "locked":
             out.append(
                 (
                     f"plugins.{name}.{field}",
@@ -336,6 +336,25 @@ class CompositePlugin:
         ``type``. Each has an extended resource of the same name in ``composite.drakit.io``, so
         a pod can ask for ``composite.drakit.io/gpu-nic-pair-numa0: 2`` with no webhook.
         """
+        out = self._pair_classes(driver) if self.pairs_wanted else []
+        for plugin in dict.fromkeys(e.plugin for e in self.settings.locked):
+            name = share_type(plugin)
+            out.append(
+                DeviceClassSpec(
+                    name=name,
+                    selectors=(type_selector(driver, (name,)),) if self.ctx.shares_driver else (),
+                    extended_resource_name=f"{EXTENDED_RESOURCE_DOMAIN}/{name}",
+                    description=f"A fixed share of a {plugin} device, allocated whole",
+                )
+            )
+        return out
+
+    @property
+    def pairs_wanted(self) -> bool:
+        """GPUs and NICs are to be paired (``gpu_plugins`` and ``nic_plugins`` not empty)."""
+        return bool(self.settings.gpu_plugins and self.settings.nic_plugins)
+
+    def _pair_classes(self, driver: str) -> list[DeviceClassSpec]:
         typed = (type_selector(driver, (PAIR_CLASS,)),) if self.ctx.shares_driver else ()
         out = [
             DeviceClassSpec(
@@ -358,16 +377,6 @@ class CompositePlugin:
                     ),
                     extended_resource_name=f"{EXTENDED_RESOURCE_DOMAIN}/{name}",
                     description=f"A GPU-NIC pair on NUMA node {k}",
-                )
-            )
-        for plugin in dict.fromkeys(e.plugin for e in self.settings.locked):
-            name = share_type(plugin)
-            out.append(
-                DeviceClassSpec(
-                    name=name,
-                    selectors=(type_selector(driver, (name,)),) if self.ctx.shares_driver else (),
-                    extended_resource_name=f"{EXTENDED_RESOURCE_DOMAIN}/{name}",
-                    description=f"A fixed share of a {plugin} device, allocated whole",
                 )
             )
         return out

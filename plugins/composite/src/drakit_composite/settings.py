@@ -42,13 +42,11 @@ class CompositeSettings(PluginSettings):
 
     gpu_plugins: tuple[str, ...] = Field(
         default=("nvidia_gpu", "amd_gpu"),
-        min_length=1,
-        description="Backends whose devices are the GPUs (those enabled are paired)",
+        description="Backends whose GPUs are paired (if enabled); empty: no pairs",
     )
     nic_plugins: tuple[str, ...] = Field(
         default=("amd_ainic",),
-        min_length=1,
-        description="Backends whose devices are the NICs (those enabled are paired)",
+        description="Backends whose NICs are paired (if enabled); empty: no pairs",
     )
     gpu_types: tuple[str, ...] = Field(
         default=("gpu", "amdgpu"),
