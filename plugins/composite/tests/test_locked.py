@@ -104,6 +104,14 @@ def test_shares_render_into_valid_slices_and_classes_select_by_type(host: Plugin
             "'gpu' is not an enabled backend (enabled: cpu); enable plugins.gpu",
         ),
         (
+            {},
+            {"driver": "cpu.drakit.io"},
+            "plugins.cpu.driver",
+            "plugin 'cpu' publishes under 'cpu.drakit.io' but plugins.composite divides it under "
+            f"'{DRIVER}'; a composed device shares counters with its members only inside one "
+            "driver's pool",
+        ),
+        (
             {"devices": ["cpu-numa-7"]},
             {},
             "plugins.composite.locked[0].devices",
@@ -267,3 +275,26 @@ def test_whole_gpus_do_not_fit_locked_in_mode() -> None:
     path, message = err.value.errors[0]
     assert path == "plugins.composite.locked[0].plugin"
     assert message.startswith("gpu-0: is allocated whole (no allowMultipleAllocations)")
+
+
+def test_shares_and_pairs_publish_together_in_one_pool() -> None:
+    p = {
+        "nvidia_gpu": {},
+        "amd_ainic": {},
+        "cpu": {},
+        "composite": {"driver": DRIVER, "locked": [{"plugin": "cpu", "shares": 2}]},
+    }
+    with open_host(DrakitSettings(profile=PROFILE, plugins=p)) as h:
+        found = h.discover()
+        kinds = sorted(str(d.attributes["type"].value) for d in found.devices.values())
+        assert kinds.count("gpu-nic-pair") == 8
+        assert kinds.count("cpu-share") == 4
+        assert kinds.count("cpu-group") == 2
+        slices = [s for s in build_inventory(h).slices() if s["spec"]["driver"] == DRIVER]
+        assert sum(len(s["spec"].get("devices") or []) for s in slices) == 8 + 8 + 8 + 2 + 4
+        assert sum(len(s["spec"].get("sharedCounters") or []) for s in slices) == 8 + 8 + 2
+        assert all(len(s["spec"].get("sharedCounters") or []) <= 8 for s in slices)
+        objs = render_device_classes(h.driver_names(), h.device_classes(), {})
+        assert {"cpu", "cpu-share", "gpu-nic-pair", "nvidia-gpu", "amd-ainic"} <= {
+            o["metadata"]["name"] for o in objs
+        }

@@ -107,10 +107,11 @@ def member_problems(
                 out.append(
                     (
                         f"plugins.{m}.driver",
-                        f"plugin {m!r} publishes under {peers[m]!r} but plugins.{name} pairs "
-                        f"under {driver!r}; a pair shares counters with its members only inside "
-                        f"one driver's pool, so set plugins.{m}.driver and plugins.{name}.driver "
-                        "to the same name",
+                        f"plugin {m!r} publishes under {peers[m]!r} but plugins.{name} "
+                        f"{'divides it' if field == 'locked' else 'pairs'} under {driver!r}; a "
+                        "composed device shares counters with its members only inside one "
+                        f"driver's pool, so set plugins.{m}.driver and plugins.{name}.driver to "
+                        "the same name",
                     )
                 )
     return out
