@@ -298,3 +298,49 @@ def test_shares_and_pairs_publish_together_in_one_pool() -> None:
         assert {"cpu", "cpu-share", "gpu-nic-pair", "nvidia-gpu", "amd-ainic"} <= {
             o["metadata"]["name"] for o in objs
         }
+
+
+def test_a_share_that_does_not_fit_rolls_back_the_pair_in_its_claim(tmp_path: Path) -> None:
+    p = {
+        "nvidia_gpu": {},
+        "amd_ainic": {"state_dir": str(tmp_path / "ainic")},
+        "cpu": {},
+        "composite": {"driver": DRIVER, "locked": [{"plugin": "cpu", "shares": 4}]},
+    }
+    with open_host(DrakitSettings(profile=PROFILE, plugins=p)) as h:
+        claims = InMemoryClaims()
+        state = DriverState(
+            DRIVER, h, claims, state_dir=tmp_path / "state", cdi_dir=tmp_path / "cdi", boot_id="b"
+        )
+        try:
+            node = h.node.name
+            whole = {"consumedCapacity": {"cpu": "112"}, "shareID": str(uuid.uuid4())}
+            lone = claim(claims, node, [{"device": "cpu-numa-0", **whole}])
+            assert state.prepare([lone])[lone.uid].error == ""  # every CPU of NUMA node 0
+            both = claim(
+                claims,
+                node,
+                [
+                    {"device": "pair-1", "request": "pair"},
+                    {"device": "cpu-numa-0-share-0", "request": "cpus"},
+                ],
+            )
+            err = state.prepare([both])[both.uid].error
+            assert "request 'cpus/cpu-numa-0-share-0' device 'cpu-numa-0'" in err
+            record = checkpoint(tmp_path)[both.uid]["prepared"]
+            # the pair's GPU and NIC were prepared first, then rolled back
+            assert record["nvidia_gpu"] == record["amd_ainic"] == record["cpu"] == []
+            assert not list((tmp_path / "cdi").glob(f"*{both.uid}*"))
+            assert state.unprepare([both])[both.uid].error == ""
+            assert state.unprepare([lone])[lone.uid].error == ""
+            assert state.prepare([both])[both.uid].error == ""  # room again: all three members
+            record = checkpoint(tmp_path)[both.uid]["prepared"]
+            assert {m: [d["device"] for d in record[m]] for m in ("cpu", "composite")} == {
+                "cpu": ["cpu-numa-0"],
+                "composite": ["pair-1", "cpu-numa-0-share-0"],
+            }
+            env = _env(tmp_path, both.uid)
+            assert any(e.startswith("DRAKIT_PAIR_1_GPU=") for e in env)
+            assert "DRAKIT_CPU_NUMA_0_SHARE_0_MEMBER=cpu-numa-0" in env
+        finally:
+            state.close()
