@@ -258,6 +258,23 @@ def _numa_cpus(state: DriverState, node: int) -> frozenset[int]:
     return parse_cpulist((root / f"sys/devices/system/node/node{node}/cpulist").read_text())
 
 
+def test_a_device_divided_twice_is_refused() -> None:
+    p = plugins()
+    p["composite"]["locked"].append({"plugin": "cpu", "shares": 2, "devices": ["cpu-numa-1"]})
+    with (
+        pytest.raises(ConfigInvalid) as err,
+        open_host(DrakitSettings(profile=PROFILE, plugins=p)) as h,
+    ):
+        h.discover()
+    assert err.value.errors == [
+        (
+            "plugins.composite.locked[1].devices",
+            "cpu-numa-1 is divided by plugins.composite.locked[0] already; a device is divided "
+            "once, so list disjoint devices in the two entries",
+        )
+    ]
+
+
 def test_whole_gpus_do_not_fit_locked_in_mode() -> None:
     p = {
         "nvidia_gpu": {},

@@ -115,6 +115,7 @@ def divide(
     out: list[Device] = []
     shares: dict[str, Share] = {}
     problems: list[tuple[str, str]] = []
+    divided: dict[tuple[str, str], int] = {}  # (plugin, device) -> the entry dividing it
     for i, entry in enumerate(entries):
         where = f"plugins.{plugin}.locked[{i}]"
         mine = {k.device: d for k, d in devices.items() if owners.get(k) == entry.plugin}
@@ -149,6 +150,17 @@ def divide(
         built: list[Device] = []
         bad = False
         for name, dev in sorted(chosen.items()):
+            first = divided.setdefault((entry.plugin, name), i)
+            if first != i:
+                problems.append(
+                    (
+                        f"{where}.devices",
+                        f"{name} is divided by plugins.{plugin}.locked[{first}] already; a "
+                        "device is divided once, so list disjoint devices in the two entries",
+                    )
+                )
+                bad = True
+                continue
             why = _unfit(dev, entry)
             if why is not None:
                 problems.append((f"{where}.{why[0]}", f"{name}: {why[1]}"))
