@@ -184,10 +184,10 @@ class CompositePlugin:
     def __init__(self, context: PluginContext) -> None:
         self.settings = context.settings_as(CompositeSettings)
         self.ctx = context
-        # a member under another driver would make pairs double-allocatable: refuse to start.
-        # No member at all is left to `drakit config validate` (the webhook loads the composite
-        # for its strategies alone)
-        # as would a locked-in member that is not enabled
+        # a member under another driver would make pairs double-allocatable, and a locked-in
+        # member that is not enabled divides nothing: refuse to start. No GPU or NIC member at
+        # all is left to `drakit config validate` (the webhook loads the composite for its
+        # strategies alone)
         problems = [
             (path, fix)
             for path, fix in member_problems(
