@@ -17,7 +17,10 @@ Shown with the real kube-scheduler:
   NIC's ``/dev/infiniband`` nodes, both backends' env, and the checkpoint records each member
   under its own backend; unprepare removes all of it;
 * a node killed (-9) between the two members of a pair's prepare, restarted and asked to
-  unprepare, leaves neither member prepared (``prepare-after-member``, ``drakit.faults``).
+  unprepare, leaves neither member prepared (``prepare-after-member``, ``drakit.faults``);
+* a NIC whose link goes down (in the simulated sysfs) makes the pair holding it Unhealthy on
+  the kubelet health stream and puts the unhealthy taint on the pair's slice entry (with
+  ``health.taint_unhealthy``), and recovery clears both.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +40,8 @@ from drakit.config import DrakitSettings
 from drakit.deviceclasses import render_device_classes
 from drakit.models import ClaimRef
 from drakit.runtime import open_host
+from drakit.sim import build_profile
+from drakit_amd_ainic.sim import set_link
 
 pytestmark = pytest.mark.e2e
 
@@ -50,6 +56,9 @@ class Running:
     classes: dict[str, str]
     """drakit's class name (``nvidia-gpu``, ``gpu-nic-pair``) -> this module's copy of it."""
     dirs: NodeDirs
+    root: Path | None = None
+    """The simulated tree the module's node reads (its health seams)."""
+    proc: NodeProcess | None = None
 
 
 def _plugins(state_dir: str) -> dict[str, dict[str, Any]]:
@@ -81,19 +90,21 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
         obj["spec"].pop("extendedResourceName", None)  # one class per resource cluster-wide
         cp.api("POST", f"{RESOURCE}/deviceclasses", obj)
     cp.create_node(name)
+    root = build_profile(PROFILE, dirs.root / "sim")
     proc = NodeProcess(
         kubeconfig=cp.kubeconfig,
         node_name=name,
         dirs=dirs,
         plugins=plugins,
-        profile=PROFILE,
+        sysfs_root=root,
         instance_id="pairs",
+        settings={"health": {"interval": 0.5, "taint_unhealthy": True}},
     )
     try:
         with proc:
             proc.wait_ready(timeout=90)
             _wait_published(cp, name, 24)
-            yield Running(name, classes, dirs)
+            yield Running(name, classes, dirs, root, proc)
     finally:
         cp.delete_node(name)
         for own in classes.values():
@@ -369,3 +380,63 @@ def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
     finally:
         cp.delete_node(name)
         dirs.remove()
+
+
+def _entries(cp: ControlPlane, node: Running) -> list[dict[str, Any]]:
+    items = cp.api("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node.name}")
+    return [d for s in items["items"] for d in s["spec"].get("devices") or []]
+
+
+def _entry(cp: ControlPlane, node: Running, device: str) -> dict[str, Any]:
+    [dev] = [d for d in _entries(cp, node) if d["name"] == device]
+    return dev
+
+
+def _health(standin: KubeletStandIn, node: Running) -> dict[str, str]:
+    assert node.proc is not None
+    got = standin.run(
+        "raw-health",
+        f"--endpoint={node.proc.dra_socket(DRIVER)}",
+        "--service=v1",
+        "--seconds=10",
+        "--max-responses=1",
+    )
+    assert got.exit_code == 0, got.doc
+    [first] = got.doc["responses"]
+    return {d["device"]["device_name"]: str(d["health"]) for d in first["devices"]}
+
+
+def test_a_nic_with_its_link_down_taints_the_pair_holding_it(
+    control_plane: ControlPlane, kubelet_standin: KubeletStandIn, node: Running
+) -> None:
+    cp = control_plane
+    assert node.root is not None
+    [pair] = [
+        d["name"]
+        for d in _entries(cp, node)
+        if d["attributes"].get("nic", {}).get("string") == "ainic-3"
+    ]
+    assert not _entry(cp, node, pair).get("taints")
+    set_link(node.root, "enp94s0", up=False)  # ainic-3
+    try:
+        wait_for(
+            lambda: _entry(cp, node, pair).get("taints"),
+            timeout=30,
+            what=f"the unhealthy taint on {pair}",
+        )
+        [taint] = _entry(cp, node, pair)["taints"]
+        assert (taint["key"], taint["effect"]) == ("drakit.io/unhealthy", "NoSchedule")
+        assert _entry(cp, node, "ainic-3")["taints"]
+        gpu, _ = _members(cp, node, pair)
+        assert not _entry(cp, node, gpu).get("taints")  # the pair's GPU alone is fine
+        health = _health(kubelet_standin, node)
+        assert health[pair] == health["ainic-3"] == "UNHEALTHY"
+        assert health[gpu] == "HEALTHY"
+    finally:
+        set_link(node.root, "enp94s0", up=True)
+    wait_for(
+        lambda: not _entry(cp, node, pair).get("taints") or None,
+        timeout=30,
+        what="the taint to clear",
+    )
+    assert _health(kubelet_standin, node)[pair] == "HEALTHY"

@@ -230,6 +230,9 @@ def drakit_device_health(node: NodeInfo) -> Sequence[DeviceHealth] | None:
     Polled by the health monitor every ``health.interval`` seconds. Devices not reported keep
     their last state; the kubelet marks devices it has not heard of for 30 s as Unknown, which
     core prevents by resending the full list.
+    A composed device (``drakit_compose_devices``) needs no report of its own: core reports it
+    Unhealthy (and taints it, with ``health.taint_unhealthy``) while a member, another plugin's
+    device whose counter set it consumes, is Unhealthy.
 
     Call mode: collect. Must be quick and side-effect free.
     """

@@ -345,6 +345,7 @@ class Node:
                 per_driver.setdefault(driver, {})[(h.pool, h.device)] = h
                 if h.health == "Unhealthy":
                     unhealthy.add((driver, h.pool, h.device))
+        self._composed_health(per_driver, unhealthy)
         for driver, items in per_driver.items():
             if driver in self.health:
                 self.health[driver].update(items.values())
@@ -355,6 +356,57 @@ class Node:
         # for the next discovery interval
         if changed and self.publisher is not None:
             self.publisher.trigger(rediscover=True)
+
+    def _composed_health(
+        self,
+        per_driver: dict[str, dict[tuple[str, str], DeviceHealth]],
+        unhealthy: set[tuple[str, str, str]],
+    ) -> None:
+        """Mark composed devices (GPU-NIC pairs) unhealthy while a member of theirs is.
+
+        A composed device is one a plugin contributed through ``drakit_compose_devices``; its
+        members are the other plugins' devices whose counter sets it consumes (the composite
+        model, ``docs/composite.md``). Updates both arguments in place, so the kubelet stream
+        reports the pair Unhealthy and ``taint_unhealthy`` taints it.
+        """
+        inv = self.inventory
+        host = self._the_host()
+        if inv is None or not unhealthy:
+            return
+        # (driver, pool, counter set) -> the unhealthy devices consuming it, with their owner
+        sick: dict[tuple[str, str, str], list[tuple[str, DeviceHealth]]] = {}
+        devices = inv.devices()
+        for key, owner, dev in devices:
+            if (key.driver, key.pool, key.device) not in unhealthy:
+                continue
+            h = per_driver[key.driver][(key.pool, key.device)]
+            for use in dev.consumes_counters:
+                sick.setdefault((key.driver, key.pool, use.counter_set), []).append((owner, h))
+        composes: dict[str, bool] = {}
+        for key, owner, dev in devices:
+            if owner not in composes:
+                composes[owner] = "drakit_compose_devices" in host.hook_implementations(owner)
+            if not composes[owner] or (key.driver, key.pool, key.device) in unhealthy:
+                continue
+            causes = {
+                h.device: h
+                for use in dev.consumes_counters
+                for other, h in sick.get((key.driver, key.pool, use.counter_set), [])
+                if other != owner
+            }
+            if not causes:
+                continue
+            why = "; ".join(
+                f"{name}: {h.message}" if h.message else name for name, h in sorted(causes.items())
+            )
+            per_driver.setdefault(key.driver, {})[(key.pool, key.device)] = DeviceHealth(
+                pool=key.pool,
+                device=key.device,
+                health="Unhealthy",
+                message=f"member unhealthy: {why}",
+                last_updated=max(h.last_updated for h in causes.values()),
+            )
+            unhealthy.add((key.driver, key.pool, key.device))
 
     def _health_loop(self) -> None:
         while not self._stop.wait(self.settings.health.interval):

@@ -17,6 +17,7 @@ counters are also what Kueue charges for quota (the GPU's ``memory``, the NIC's 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from drakit.models import (
     PreparedDevice,
 )
 from drakit.sysfs import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, PciFunction, read_pci_functions
+from drakit_composite.locked import Share, divide, share_type
 from drakit_composite.pairing import Member, Pair, numa_sockets, pair_members
 from drakit_composite.settings import CompositeSettings
 
@@ -70,16 +72,29 @@ def member_problems(
 ) -> list[tuple[str, str]]:
     """Why the member backends cannot share counters with the pairs, one ``(path, fix)`` each.
 
-    At least one GPU backend and one NIC backend must be enabled, and every enabled one must
-    publish under the composite's driver.
+    At least one of the GPU backends and one of the NIC backends must be enabled (unless the
+    list is empty: no pairs), every backend of ``locked`` must be enabled, and every enabled
+    member must publish under the composite's driver.
     """
     out: list[tuple[str, str]] = []
+    for i, entry in enumerate(settings.locked):
+        if entry.plugin not in peers or entry.plugin == name:
+            out.append(
+                (
+                    f"plugins.{name}.locked[{i}].plugin",
+                    f"{entry.plugin!r} is not an enabled backend (enabled: "
+                    f"{', '.join(p for p in peers if p != name) or 'none'}); enable "
+                    f"plugins.{entry.plugin} or name an enabled backend",
+                )
+            )
+    locked = [e.plugin for e in settings.locked if e.plugin in peers and e.plugin != name]
     for field, members in (
         ("gpu_plugins", settings.gpu_plugins),
         ("nic_plugins", settings.nic_plugins),
+        ("locked", tuple(dict.fromkeys(locked))),
     ):
         enabled = [m for m in members if m in peers and m != name]
-        if not enabled:
+        if not enabled and members and field != "locked":
             out.append(
                 (
                     f"plugins.{name}.{field}",
@@ -92,10 +107,11 @@ def member_problems(
                 out.append(
                     (
                         f"plugins.{m}.driver",
-                        f"plugin {m!r} publishes under {peers[m]!r} but plugins.{name} pairs "
-                        f"under {driver!r}; a pair shares counters with its members only inside "
-                        f"one driver's pool, so set plugins.{m}.driver and plugins.{name}.driver "
-                        "to the same name",
+                        f"plugin {m!r} publishes under {peers[m]!r} but plugins.{name} "
+                        f"{'divides it' if field == 'locked' else 'pairs'} under {driver!r}; a "
+                        "composed device shares counters with its members only inside one "
+                        f"driver's pool, so set plugins.{m}.driver and plugins.{name}.driver to "
+                        "the same name",
                     )
                 )
     return out
@@ -140,6 +156,20 @@ def _members(
     return out
 
 
+def _tag(device: str) -> str:
+    return device.upper().replace("-", "_")
+
+
+def _merged(edits: Sequence[CdiEdits], *env: str) -> CdiEdits:
+    """The members' CDI edits in order, plus ``env``."""
+    return CdiEdits(
+        env=(*(e for x in edits for e in x.env), *env),
+        device_nodes=tuple(n for x in edits for n in x.device_nodes),
+        mounts=tuple(m for x in edits for m in x.mounts),
+        hooks=tuple(h for x in edits for h in x.hooks),
+    )
+
+
 def _type(dev: Device) -> object:
     kind = dev.attributes.get("type")
     return kind.value if kind is not None else None
@@ -154,19 +184,21 @@ class CompositePlugin:
     def __init__(self, context: PluginContext) -> None:
         self.settings = context.settings_as(CompositeSettings)
         self.ctx = context
-        # a member under another driver would make pairs double-allocatable: refuse to start.
-        # No member at all is left to `drakit config validate` (the webhook loads the composite
-        # for its strategies alone)
+        # a member under another driver would make pairs double-allocatable, and a locked-in
+        # member that is not enabled divides nothing: refuse to start. No GPU or NIC member at
+        # all is left to `drakit config validate` (the webhook loads the composite for its
+        # strategies alone)
         problems = [
             (path, fix)
             for path, fix in member_problems(
                 context.name, context.driver_name, context.peers, self.settings
             )
-            if path.endswith(".driver")
+            if path.endswith((".driver", ".plugin"))
         ]
         if problems:
             raise ConfigInvalid(problems, source="configuration")
         self._pairs: dict[str, tuple[Pair, _Owners]] = {}
+        self._shares: dict[str, Share] = {}
         self._skipped: frozenset[str] = frozenset()
 
     def candidates(
@@ -232,13 +264,33 @@ class CompositePlugin:
     def drakit_compose_devices(
         self, node: NodeInfo, devices: Mapping[DeviceKey, Device], owners: Mapping[DeviceKey, str]
     ) -> DeviceInventory | None:
-        """Pair GPUs and NICs optimally; each pair consumes what its members consume."""
+        """Pair GPUs and NICs optimally and divide the ``locked`` members into shares.
+
+        Each pair consumes what its members consume; each share ``1/shares`` of its member's
+        counter set (:mod:`drakit_composite.locked`).
+
+        Raises:
+            ConfigInvalid: a ``locked`` entry does not fit this node's devices (shares that do
+                not divide, unknown devices, a member that is not consumable), naming the
+                setting and the fix.
+        """
+        shares, by_name, problems = divide(self.ctx.name, self.settings.locked, devices, owners)
+        if problems:
+            raise ConfigInvalid(problems, source="configuration")
+        out = self._pair_devices(node, devices, owners)
+        self._shares = by_name  # one swap, as for the pairs
+        out.extend(shares)
+        return DeviceInventory(devices=tuple(out)) if out else None
+
+    def _pair_devices(
+        self, node: NodeInfo, devices: Mapping[DeviceKey, Device], owners: Mapping[DeviceKey, str]
+    ) -> list[Device]:
         self._unpaired(devices, owners)
         gpus, nics = self.candidates(devices, owners, node.sysfs_root)
         pairs = self._pair(gpus, nics)
         if not pairs:
             self._pairs = {}
-            return None
+            return []
         sockets = numa_sockets(node.sysfs_root)
         out: list[Device] = []
         names: dict[str, tuple[Pair, _Owners]] = {}
@@ -269,19 +321,41 @@ class CompositePlugin:
                     attributes={k: DeviceAttribute.model_validate(v) for k, v in attrs.items()},
                     # exactly what the lone members consume: the scheduler sees the overlap
                     consumes_counters=(*gpu.consumes_counters, *nic.consumes_counters),
+                    # a member's own taints (an XID) keep the pair holding it away too
+                    taints=tuple(dict.fromkeys((*gpu.taints, *nic.taints))),
                 )
             )
         self._pairs = names  # one swap: a prepare running meanwhile sees the old or the new map
-        return DeviceInventory(devices=tuple(out))
+        return out
 
     @hookimpl
     def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec]:
-        """``gpu-nic-pair`` and one ``gpu-nic-pair-numa<k>`` per NUMA node (``numa_classes``).
+        """The pair classes, and one share class per backend of ``locked``.
 
-        Under the shared driver the classes select pairs by ``type``. Each has an extended
-        resource of the same name in ``composite.drakit.io``, so a pod can ask for
-        ``composite.drakit.io/gpu-nic-pair-numa0: 2`` with no webhook.
+        ``gpu-nic-pair``, one ``gpu-nic-pair-numa<k>`` per NUMA node (``numa_classes``), and
+        ``<member>-share`` (``cpu-share``). Under the shared driver the classes select by
+        ``type``. Each has an extended resource of the same name in ``composite.drakit.io``, so
+        a pod can ask for ``composite.drakit.io/gpu-nic-pair-numa0: 2`` with no webhook.
         """
+        out = self._pair_classes(driver) if self.pairs_wanted else []
+        for plugin in dict.fromkeys(e.plugin for e in self.settings.locked):
+            name = share_type(plugin)
+            out.append(
+                DeviceClassSpec(
+                    name=name,
+                    selectors=(type_selector(driver, (name,)),) if self.ctx.shares_driver else (),
+                    extended_resource_name=f"{EXTENDED_RESOURCE_DOMAIN}/{name}",
+                    description=f"A fixed share of a {plugin} device, allocated whole",
+                )
+            )
+        return out
+
+    @property
+    def pairs_wanted(self) -> bool:
+        """GPUs and NICs are to be paired (``gpu_plugins`` and ``nic_plugins`` not empty)."""
+        return bool(self.settings.gpu_plugins and self.settings.nic_plugins)
+
+    def _pair_classes(self, driver: str) -> list[DeviceClassSpec]:
         typed = (type_selector(driver, (PAIR_CLASS,)),) if self.ctx.shares_driver else ()
         out = [
             DeviceClassSpec(
@@ -310,23 +384,42 @@ class CompositePlugin:
 
     @hookimpl
     def drakit_prepare_devices(self, claim: ClaimInfo) -> Sequence[PreparedDevice]:
-        """Prepare each pair's GPU and NIC through their own backends; hand over both.
+        """Prepare each pair's GPU and NIC, and each share's member, through their own backends.
 
         Each member backend prepares exactly what it prepares when its device is claimed alone
-        (through ``context.members``, never by import), with the pair's request and configs; the
-        pair's container gets both backends' CDI edits, and ``DRAKIT_PAIR_<N>_GPU``/``_NIC``
-        with the members' bus IDs. When a member fails, the members already prepared are
-        unprepared before the error is raised.
+        (through ``context.members``, never by import), with the request's configs: a pair's
+        GPU and NIC under the pair's request; a share as a share of its member device of the
+        share's size (request ``<request>/<share>``, a share ID derived from the claim and the
+        share, so a repeated prepare asks for the same). The container gets the members' CDI
+        edits, plus ``DRAKIT_PAIR_<N>_GPU``/``_NIC`` with a pair's bus IDs or
+        ``DRAKIT_<SHARE>_MEMBER`` with a share's member device. When a member fails, the
+        members already prepared are unprepared before the error is raised.
         """
-        pairs = self._pairs
+        pairs, shares = self._pairs, self._shares
         wanted: dict[str, list[AllocatedDevice]] = {}  # member plugin -> its devices
         held: list[tuple[AllocatedDevice, Pair, _Owners]] = []
+        parts: list[tuple[AllocatedDevice, Share, str]] = []
         for dev in claim.devices:
+            part = shares.get(dev.device)
+            if part is not None:
+                sub = f"{dev.request}/{dev.device}"
+                parts.append((dev, part, sub))
+                wanted.setdefault(part.plugin, []).append(
+                    dev.model_copy(
+                        update={
+                            "request": sub,
+                            "device": part.member,
+                            "share_id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{claim.uid}/{sub}")),
+                            "consumed_capacity": {part.capacity: part.amount},
+                        }
+                    )
+                )
+                continue
             entry = pairs.get(dev.device)
             if entry is None:
                 raise PermanentError(
-                    f"request {dev.request!r}: device {dev.device!r} is not a GPU-NIC pair on "
-                    "this node"
+                    f"request {dev.request!r}: device {dev.device!r} is neither a GPU-NIC pair "
+                    "nor a locked-in share on this node"
                 )
             pair, owners = entry
             held.append((dev, pair, owners))
@@ -337,8 +430,8 @@ class CompositePlugin:
         done: list[tuple[str, list[PreparedDevice]]] = []
         try:
             for plugin, devs in wanted.items():
-                sub = claim.model_copy(update={"devices": tuple(devs)})
-                done.append((plugin, self.ctx.members.prepare(plugin, sub)))
+                sub_claim = claim.model_copy(update={"devices": tuple(devs)})
+                done.append((plugin, self.ctx.members.prepare(plugin, sub_claim)))
         except Exception:
             for plugin, got in reversed(done):  # roll back; the failure is the claim's error
                 try:
@@ -353,22 +446,16 @@ class CompositePlugin:
         for dev, pair, owners in held:
             gpu = got_by[(owners.gpu, dev.request, pair.gpu.name)]
             nic = got_by[(owners.nic, dev.request, pair.nic.name)]
-            tag = dev.device.upper().replace("-", "_")
+            tag = _tag(dev.device)
             out.append(
                 PreparedDevice(
                     request=dev.request,
                     pool=dev.pool,
                     device=dev.device,
-                    edits=CdiEdits(
-                        env=(
-                            *gpu.edits.env,
-                            *nic.edits.env,
-                            f"DRAKIT_{tag}_GPU={pair.gpu.pci.bdf}",
-                            f"DRAKIT_{tag}_NIC={pair.nic.pci.bdf}",
-                        ),
-                        device_nodes=(*gpu.edits.device_nodes, *nic.edits.device_nodes),
-                        mounts=(*gpu.edits.mounts, *nic.edits.mounts),
-                        hooks=(*gpu.edits.hooks, *nic.edits.hooks),
+                    edits=_merged(
+                        (gpu.edits, nic.edits),
+                        f"DRAKIT_{tag}_GPU={pair.gpu.pci.bdf}",
+                        f"DRAKIT_{tag}_NIC={pair.nic.pci.bdf}",
                     ),
                     state={
                         "gpu": pair.gpu.name,
@@ -377,6 +464,20 @@ class CompositePlugin:
                         "nicPlugin": owners.nic,
                     },
                     network_data=nic.network_data,
+                )
+            )
+        for dev, part, sub in parts:
+            whole = got_by[(part.plugin, sub, part.member)]
+            out.append(
+                PreparedDevice(
+                    request=dev.request,
+                    pool=dev.pool,
+                    device=dev.device,
+                    edits=_merged(
+                        (whole.edits,), f"DRAKIT_{_tag(dev.device)}_MEMBER={part.member}"
+                    ),
+                    state={"member": part.member, "plugin": part.plugin, "amount": part.amount},
+                    network_data=whole.network_data,
                 )
             )
         return out

@@ -38,12 +38,15 @@ from pydantic import (
 from drakit.config import PluginSettings, validation_errors
 from drakit.context import PluginContext
 from drakit.cpuset import CpuListError, format_cpulist, parse_cpulist
+from drakit.deviceclasses import DeviceClassSpec, default_class_name, type_selector
 from drakit.errors import ConfigInvalid, PermanentError, RetryableError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
     AllocatedDevice,
     CdiEdits,
     ClaimInfo,
+    CounterConsumption,
+    CounterSet,
     Device,
     DeviceAttribute,
     DeviceCapacity,
@@ -70,6 +73,8 @@ __all__ = [
     "CAPACITY",
     "CPUSET_ENV_PREFIX",
     "CPU_CONFIG_API_VERSION",
+    "CPU_TYPE",
+    "GROUP_TYPE",
     "CpuConfig",
     "CpuPlugin",
     "CpuSettings",
@@ -82,6 +87,9 @@ CPU_CONFIG_API_VERSION = "cpu.drakit.io/v1alpha1"
 CAPACITY = "cpu"
 """The consumable capacity of grouped devices (in the driver's domain)."""
 CPUSET_ENV_PREFIX = "DRAKIT_CPUSET_"
+GROUP_TYPE = "cpu-group"
+CPU_TYPE = "cpu"
+"""The ``type`` of grouped and individual devices under a shared driver (``docs/composite.md``)."""
 _GROUPED_ONLY = ("policy", "prefer_uncore", "group_size")
 _POLICIES: dict[str, Policy] = {p: p for p in POLICIES}
 
@@ -293,6 +301,8 @@ class CpuPlugin:
                     devices.append(device)
         self._view = _View(topology=topo, facts=facts, groups=groups, grouped=grouped)
         log.debug("published %d CPU devices (%s mode)", len(devices), self.settings.mode)
+        if self.ctx.shares_driver:
+            return _shared(devices)
         return DeviceInventory(devices=tuple(devices))
 
     def _common(self, facts: CpuFacts, *, isolated: bool) -> dict[str, DeviceAttribute]:
@@ -581,6 +591,18 @@ class CpuPlugin:
         return True
 
     @hookimpl
+    def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:
+        """The default class; under a shared driver narrowed to CPU devices by ``type``."""
+        if not self.ctx.shares_driver:
+            return None
+        return [
+            DeviceClassSpec(
+                name=default_class_name(self.ctx.name),
+                selectors=(type_selector(driver, (GROUP_TYPE, CPU_TYPE)),),
+            )
+        ]
+
+    @hookimpl
     def drakit_select_resources(
         self, strategy: str, request: SelectionRequest
     ) -> SelectionResult | None:
@@ -606,6 +628,30 @@ class CpuPlugin:
         except AllocationError as e:
             raise PermanentError(f"{strategy}: {e}") from e
         return SelectionResult(units=units)
+
+
+def _shared(devices: Sequence[Device]) -> DeviceInventory:
+    """``devices`` as published under a driver another backend shares (a composite's).
+
+    Every device gets a ``type`` (``cpu-group`` or ``cpu``), which the classes select by, and
+    every CPU group is a counter set ``<device>-counters`` with its ``cpu`` count that the group
+    consumes whole, so a composite's shares of it draw on the same counters
+    (``docs/composite.md``).
+    """
+    out: list[Device] = []
+    sets: list[CounterSet] = []
+    for dev in devices:
+        kind = GROUP_TYPE if CAPACITY in dev.capacity else CPU_TYPE
+        attrs = {**dev.attributes, "type": DeviceAttribute(string=kind)}
+        uses: tuple[CounterConsumption, ...] = ()
+        if kind == GROUP_TYPE:
+            cs = CounterSet(
+                name=f"{dev.name}-counters", counters={CAPACITY: dev.capacity[CAPACITY].value}
+            )
+            sets.append(cs)
+            uses = (CounterConsumption(counter_set=cs.name, counters=dict(cs.counters)),)
+        out.append(dev.model_copy(update={"attributes": attrs, "consumes_counters": uses}))
+    return DeviceInventory(devices=tuple(out), counter_sets=tuple(sets))
 
 
 def select_cpus(

@@ -1,0 +1,229 @@
+"""Locked-in CPU shares end to end: the real scheduler keeps shares and lone CPU claims apart.
+
+One ``drakit node`` per module on ``h200-8gpu-8ainic`` with the CPU backend (grouped per NUMA
+node, 112 CPUs each) and the composite dividing each group into 4 shares of 28 CPUs
+(``plugins.composite.locked``), all under one driver (``docs/composite.md``): each group is a
+counter set of 112 ``cpu`` that the lone group consumes whole and each share a quarter of. The
+DeviceClasses are the ones ``drakit deviceclasses`` renders for that configuration.
+
+Shown with the real kube-scheduler:
+
+* one share of NUMA node 0 is allocated; the other three shares of that node still are; a lone
+  CPU claim on NUMA node 0 stays unallocated while NUMA node 1 serves lone claims;
+* the other way round: a lone CPU claim on NUMA node 0 first keeps that node's shares out, not
+  those of NUMA node 1;
+* the kubelet stand-in prepares a share's pod: the container gets 28 CPUs of the share's NUMA
+  node from the CPU backend (on record under it), and unprepare removes them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
+from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, kubelet_flags
+from tests.e2e.test_composite_pairs import (
+    _allocated,
+    _bound,
+    _release,
+    _uid,
+    _wait_bound,
+    _wait_pending,
+)
+
+from drakit.config import DrakitSettings
+from drakit.cpuset import parse_cpulist
+from drakit.deviceclasses import render_device_classes
+from drakit.runtime import open_host
+
+pytestmark = pytest.mark.e2e
+
+PROFILE = "h200-8gpu-8ainic"
+DRIVER = "cpus.e2e.drakit.io"
+PLUGINS: dict[str, Any] = {
+    "cpu": {},
+    "composite": {
+        "driver": DRIVER,
+        "gpu_plugins": [],  # no pairs: the composite only divides the CPU groups
+        "nic_plugins": [],
+        "locked": [{"plugin": "cpu", "shares": 4}],
+    },
+}
+NUMA = 'device.attributes["resource.kubernetes.io"].numaNode == {}'
+
+
+@dataclass
+class Running:
+    name: str
+    classes: dict[str, str]
+    dirs: NodeDirs
+
+
+@pytest.fixture(scope="module")
+def node(control_plane: ControlPlane) -> Iterator[Running]:
+    cp = control_plane
+    name = f"locked-{uuid.uuid4().hex[:6]}"
+    suffix = uuid.uuid4().hex[:6]
+    dirs = NodeDirs.create("dk-locked-")
+    with open_host(DrakitSettings(profile=PROFILE, plugins=PLUGINS)) as host:
+        objects = render_device_classes(host.driver_names(), host.device_classes(), {})
+    classes: dict[str, str] = {}
+    for obj in objects:
+        own = f"{obj['metadata']['name']}-{suffix}"
+        classes[obj["metadata"]["name"]] = own
+        obj["metadata"]["name"] = own
+        obj["spec"].pop("extendedResourceName", None)  # one class per resource cluster-wide
+        cp.api("POST", f"{RESOURCE}/deviceclasses", obj)
+    cp.create_node(name)
+    proc = NodeProcess(
+        kubeconfig=cp.kubeconfig,
+        node_name=name,
+        dirs=dirs,
+        plugins=PLUGINS,
+        profile=PROFILE,
+        instance_id="locked",
+    )
+    try:
+        with proc:
+            proc.wait_ready(timeout=90)
+            _wait_published(cp, name, 10)
+            yield Running(name, classes, dirs)
+    finally:
+        cp.delete_node(name)
+        for own in classes.values():
+            cp.api("DELETE", f"{RESOURCE}/deviceclasses/{own}")
+        dirs.remove()
+
+
+def _wait_published(cp: ControlPlane, node: str, count: int) -> None:
+    def devices() -> int | None:
+        items = cp.api("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node}")
+        n = sum(
+            len(s["spec"].get("devices") or [])
+            for s in items["items"]
+            if s["spec"]["driver"] == DRIVER
+        )
+        return n if n == count else None
+
+    wait_for(devices, timeout=90, what=f"{count} devices of {DRIVER} published")
+
+
+def _claim_and_pod(
+    cp: ControlPlane, ns: str, name: str, node: Running, cls: str, numa: int, cpus: int = 0
+) -> None:
+    exactly: dict[str, Any] = {
+        "deviceClassName": node.classes[cls],
+        "selectors": [{"cel": {"expression": NUMA.format(numa)}}],
+    }
+    if cpus:
+        exactly["capacity"] = {"requests": {"cpu": str(cpus)}}
+    cp.api(
+        "POST",
+        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": exactly}]}},
+        },
+    )
+    cp.api(
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "containers": [
+                    {"name": "c", "image": "x.invalid/x", "resources": {"claims": [{"name": "r"}]}}
+                ],
+                "resourceClaims": [{"name": "r", "resourceClaimName": name}],
+            },
+        },
+    )
+
+
+def test_one_share_keeps_the_other_shares_allocatable_and_lone_cpus_out(
+    control_plane: ControlPlane, node: Running, namespace: str
+) -> None:
+    cp, ns = control_plane, namespace
+    _claim_and_pod(cp, ns, "first", node, "cpu-share", 0)
+    _wait_bound(cp, ns, ["first"])
+    [first] = _allocated(cp, ns, "first")
+    assert first["device"].startswith("cpu-numa-0-share-")
+    more = ["s1", "s2", "s3"]
+    for p in more:
+        _claim_and_pod(cp, ns, p, node, "cpu-share", 0)
+    _wait_bound(cp, ns, more)
+    held = {r["device"] for p in ["first", *more] for r in _allocated(cp, ns, p)}
+    assert held == {f"cpu-numa-0-share-{k}" for k in range(4)}
+    # the group's counters are the shares': a lone CPU claim on NUMA node 0 does not fit ...
+    _claim_and_pod(cp, ns, "lone0", node, "cpu", 0, cpus=2)
+    _wait_pending(cp, ns, "lone0")
+    # ... while NUMA node 1 serves lone claims, two of them side by side
+    for p in ("lone1a", "lone1b"):
+        _claim_and_pod(cp, ns, p, node, "cpu", 1, cpus=2)
+    _wait_bound(cp, ns, ["lone1a", "lone1b"])
+    assert {r["device"] for p in ("lone1a", "lone1b") for r in _allocated(cp, ns, p)} == {
+        "cpu-numa-1"
+    }
+    _release(cp, ns, ["first", *more, "lone1a", "lone1b"])
+    wait_for(lambda: _bound(cp, ns, "lone0"), timeout=120, what="lone0 bound once shares left")
+    _release(cp, ns, ["lone0"])
+
+
+def test_a_lone_cpu_claim_keeps_its_nodes_shares_out_not_the_other_nodes(
+    control_plane: ControlPlane, node: Running, namespace: str
+) -> None:
+    cp, ns = control_plane, namespace
+    _claim_and_pod(cp, ns, "lone", node, "cpu", 0, cpus=4)
+    _wait_bound(cp, ns, ["lone"])
+    _claim_and_pod(cp, ns, "share0", node, "cpu-share", 0)
+    _wait_pending(cp, ns, "share0")
+    _claim_and_pod(cp, ns, "share1", node, "cpu-share", 1)
+    _wait_bound(cp, ns, ["share1"])
+    [got] = _allocated(cp, ns, "share1")
+    assert got["device"].startswith("cpu-numa-1-share-")
+    _release(cp, ns, ["lone", "share0", "share1"])
+
+
+def test_a_share_pods_container_gets_28_cpus_of_its_numa_node(
+    control_plane: ControlPlane, kubelet_standin: KubeletStandIn, node: Running, namespace: str
+) -> None:
+    cp, ns = control_plane, namespace
+    _claim_and_pod(cp, ns, "job", node, "cpu-share", 1)
+    _wait_bound(cp, ns, ["job"])
+    [result] = _allocated(cp, ns, "job")
+    uid = _uid(cp, ns, "job")
+    flags = kubelet_flags(node.dirs, node.name, f"{ns}/job", drivers=[DRIVER])
+    prepared = kubelet_standin.run("prepare", *flags)
+    assert prepared.exit_code == 0, prepared.doc.get("error")
+    spec = node.dirs.cdi_specs()[f"k8s.{DRIVER}-claim_{uid}.json"]
+    [dev] = spec["devices"]
+    env = dict(e.split("=", 1) for e in dev["containerEdits"]["env"])
+    [cpus] = [v for k, v in env.items() if k.startswith("DRAKIT_CPUSET_CPU_NUMA_1_")]
+    with open_host(DrakitSettings(profile=PROFILE, plugins=PLUGINS)) as host:
+        root = host.node.sysfs_root
+        numa1 = parse_cpulist((Path(root) / "sys/devices/system/node/node1/cpulist").read_text())
+    assert len(parse_cpulist(cpus)) == 28
+    assert parse_cpulist(cpus) <= numa1
+    assert env[f"DRAKIT_{result['device'].upper().replace('-', '_')}_MEMBER"] == "cpu-numa-1"
+    record = node.dirs.checkpoint(DRIVER)[uid]
+    assert {p: [d["device"] for d in ds] for p, ds in record["prepared"].items()} == {
+        "composite": [result["device"]],
+        "cpu": ["cpu-numa-1"],
+    }
+    pod_uid = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/job")["metadata"]["uid"]
+    grace = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+    cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/job", grace)
+    unprepared = kubelet_standin.run("unprepare", *flags, f"--pod-uid={pod_uid}")
+    assert unprepared.exit_code == 0, (unprepared.doc, unprepared.stderr[-3000:])
+    assert uid not in node.dirs.checkpoint(DRIVER)
+    _release(cp, ns, ["job"])
