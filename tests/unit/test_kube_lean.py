@@ -33,7 +33,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         type(self).connections.add(self.client_address)
         self.served += 1
-        if self.reset or (self.close_on_second and self.served == 2):  # close without answering: the client sees the peer go away
+        # close without answering: the client sees the peer go away
+        if self.reset or (self.close_on_second and self.served == 2):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
             self.close_connection = True
             return
@@ -51,7 +52,7 @@ class _Handler(BaseHTTPRequestHandler):
         # promised nothing (no "Connection: close"), so the client still holds it.
         self.close_connection = self.drop_after_reply
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
