@@ -28,15 +28,30 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, ClassVar
-
-import cel
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from drakit.allocator.api import Device
 from drakit.allocator.quantity import parse_quantity
 from drakit.errors import DrakitError
 
+if TYPE_CHECKING:
+    import cel
+
 __all__ = ["CelError", "DeviceEnv", "Selector", "compile_selector", "device_input"]
+
+
+def _cel() -> ModuleType:
+    """The CEL library, imported on first use.
+
+    Its package also loads its interactive shell (prompt_toolkit, ~14 MiB), which a node driver
+    that never evaluates a selector should not carry (``drakit.cli`` reaches this module through
+    ``drakit explain``).
+    """
+    import cel  # noqa: PLC0415
+
+    return cel
+
 
 _Q = "\x00Q:"
 _V = "\x00V:"
@@ -239,7 +254,7 @@ class DeviceEnv:
                     "attributes": {**{d: {} for d in missing}, **value["attributes"]},
                     "capacity": {**{d: {} for d in missing}, **value["capacity"]},
                 }
-            ctx = cel.Context()
+            ctx = _cel().Context()
             if functions:
                 ctx.update(_FUNCTIONS)
             ctx.add_variable("device", value)
@@ -258,7 +273,7 @@ class Selector:
                 "interpreter; write the expression without it"
             )
         try:
-            self._program = cel.compile(expression)
+            self._program = _cel().compile(expression)
         except (ValueError, RuntimeError) as e:
             raise CelError(f"selector {expression!r} does not compile: {e}") from None
         # String literals that may be domains: give them an empty map on devices lacking them.

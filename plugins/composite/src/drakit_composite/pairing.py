@@ -12,8 +12,9 @@ coupling    meaning                                                distance
 ==========  =====================================================  ==========================
 
 ``TIER`` exceeds any hop count, so a closer coupling always beats a shorter path of a looser
-one. The assignment is a minimum-cost bipartite matching computed by
-:func:`scipy.optimize.linear_sum_assignment`: combinations that the settings forbid
+one. The assignment is a minimum-cost bipartite matching computed with the Hungarian algorithm
+of the ``munkres`` library (pure Python: a node driver does not carry SciPy's ~70 MiB of
+NumPy and SciPy for an at most 16 x 16 matrix): combinations that the settings forbid
 (``max_distance`` hops, ``max_coupling``) cost more than all allowed combinations together,
 so the solver first maximises the number of allowed pairs and then minimises their total
 distance. Inputs are sorted by bus ID first, so the same hardware always gives the same pairs.
@@ -26,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-from scipy.optimize import linear_sum_assignment
+from munkres import Munkres
 
 from drakit.sysfs import PciFunction, pci_distance
 
@@ -111,24 +111,24 @@ def pair_members(
     if not g or not n:
         return []
     limit = COUPLINGS.index(max_coupling)
-    cost = np.zeros((len(g), len(n)), dtype=np.int64)
-    allowed = np.zeros((len(g), len(n)), dtype=bool)
     info: dict[tuple[int, int], tuple[Coupling, int]] = {}
+    allowed: set[tuple[int, int]] = set()
     for i, gm in enumerate(g):
         for j, nm in enumerate(n):
             c, hops = coupling_of(gm.pci, nm.pci), pci_distance(gm.pci, nm.pci)
             info[i, j] = (c, hops)
-            ok = COUPLINGS.index(c) <= limit and (max_distance is None or hops <= max_distance)
-            allowed[i, j] = ok
-            cost[i, j] = _distance(c, hops)
+            if COUPLINGS.index(c) <= limit and (max_distance is None or hops <= max_distance):
+                allowed.add((i, j))
     # a forbidden combination costs more than every allowed one together: fewer forbidden
     # combinations in the assignment always win, then the lower total distance
-    forbidden = int(cost[allowed].sum()) + 1 if allowed.any() else 1
-    cost[~allowed] = forbidden
-    rows, cols = linear_sum_assignment(cost)
+    forbidden = sum(_distance(*info[ij]) for ij in allowed) + 1
+    cost = [
+        [_distance(*info[i, j]) if (i, j) in allowed else forbidden for j in range(len(n))]
+        for i in range(len(g))
+    ]
     out = []
-    for i, j in zip(rows.tolist(), cols.tolist(), strict=True):
-        if not allowed[i, j]:
+    for i, j in Munkres().compute(cost):  # a rectangular matrix is padded with zeros
+        if (i, j) not in allowed:
             continue
         c, hops = info[i, j]
         out.append(Pair(gpu=g[i], nic=n[j], coupling=c, hops=hops, distance=_distance(c, hops)))
