@@ -385,3 +385,48 @@ def test_device_classes_match_drakit_deviceclasses(
     got = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "DeviceClass")}
     assert {"gpu-nic-pair-numa0", "gpu-nic-pair-numa1", "gpu-nic-pair", "cpu"} <= set(got)
     assert {name: want.get(name) for name in got} == got
+
+
+def test_locked_in_shares_from_values(
+    helm: Helm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Locked-in CPU shares (docs/composite.md) configured through values alone.
+
+    The CPU backend becomes a composite member (its devices told apart by ``type``), the
+    composite divides it and makes no pairs, and its own class is the share class: what the
+    chart renders is what ``drakit deviceclasses`` prints and a drakit.yaml that ``drakit config
+    validate`` accepts.
+    """
+    values: dict[str, Any] = backend_values(("cpu", "composite"))
+    values["backends"]["cpu"]["deviceClass"] = {"name": "cpu", "types": ["cpu-group", "cpu"]}
+    values["backends"]["composite"].update(
+        members=["cpu"],
+        config={
+            "gpu_plugins": [],
+            "nic_plugins": [],
+            "locked": [{"plugin": "cpu", "capacity": "cpu", "shares": 4}],
+        },
+        deviceClass={
+            "name": "cpu-share",
+            "types": ["cpu-share"],
+            "extendedResourceName": "composite.drakit.io/cpu-share",
+        },
+    )
+    objects = helm.template(values)
+    config = tmp_path / "drakit.yaml"
+    config.write_text(one(objects, "ConfigMap")["data"]["drakit.yaml"])
+    assert drakit_yaml(objects)["plugins"]["composite"]["locked"][0]["shares"] == 4
+    code, out, err = run_drakit(["config", "validate", str(config)], capsys)
+    assert (code, err) == (0, "")
+    code, out, err = run_drakit(["deviceclasses", "--config", str(config), "-o", "json"], capsys)
+    assert (code, err) == (0, "")
+    printed = json.loads(out)
+    items = printed["items"] if isinstance(printed, dict) else printed
+    want = {c["metadata"]["name"]: c["spec"] for c in items}
+    got = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "DeviceClass")}
+    assert set(got) == set(want) == {"cpu", "cpu-share"}
+    assert got == want
+    assert got["cpu-share"]["extendedResourceName"] == "composite.drakit.io/cpu-share"
+    exprs = {n: [s["cel"]["expression"] for s in spec["selectors"]] for n, spec in got.items()}
+    assert any('["cpu-share"]' in e for e in exprs["cpu-share"])
+    assert any('["cpu-group","cpu"]' in e for e in exprs["cpu"])  # the groups, not the shares
