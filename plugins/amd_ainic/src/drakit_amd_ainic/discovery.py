@@ -313,6 +313,7 @@ class _Fixed:
     class_code: int
     numa_node: int | None
     chain: tuple[str, ...]
+    dir: Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,9 +330,9 @@ class SysfsCache:
 
     Keyed by BDF and an inode (``d_ino`` from one ``scandir`` per directory, no ``stat``): a
     function removed and created again is a new entry and is read afresh. Kept per VF
-    directory: vendor, device, class, NUMA node, PCI chain, that it is this PF's VF; and, per
-    RDMA device directory (``infiniband/<name>``, by inode: a rebound RDMA driver makes a new
-    one), its uverbs node and firmware version.
+    directory: vendor, device, class, NUMA node, PCI chain and path, that it is this PF's VF;
+    and, per RDMA device directory (``infiniband/<name>``, by inode: a rebound RDMA driver
+    makes a new one), its uverbs node and firmware version.
     Kept per ``bus/pci/devices`` link: whether it is an AINIC PF; per PF, the targets of its
     ``virtfn<i>`` links while their inodes are unchanged. Read every round: the bound
     driver, the netdev and RDMA device names, MAC, MTU, link speed and queue count. Not
@@ -424,6 +425,7 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
             class_code=klass,
             numa_node=numa if numa is not None and numa >= 0 else None,
             chain=(*nic.pf.pci.chain[:-1], bdf),
+            dir=nic.pf.dir.with_name(bdf),
         )
         cache.keep(bdf, ino, fixed)
     try:
@@ -469,7 +471,7 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
         uverbs, fw = known.uverbs, known.fw_version
     return NicFunction(
         pci=pci,
-        dir=nic.pf.dir.with_name(bdf),
+        dir=fixed.dir,
         ifname=ifname,
         mac=mac,
         mtu=mtu,
