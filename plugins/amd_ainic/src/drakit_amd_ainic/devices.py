@@ -220,15 +220,15 @@ class DiscoveryCache:
     def typed(self, attrs: Mapping[str, Any]) -> dict[str, DeviceAttribute]:
         """``attrs`` as validated attributes (each value validated once per two rounds)."""
         out: dict[str, DeviceAttribute] = {}
+        (now, now_bools), (before, before_bools) = self._attrs, self._attrs_before
         for name, value in attrs.items():
-            is_bool = value.__class__ is bool
-            now = self._attrs[is_bool]
-            attr = now.get(value)
+            cache, last = (now_bools, before_bools) if value.__class__ is bool else (now, before)
+            attr = cache.get(value)
             if attr is None:
-                attr = self._attrs_before[is_bool].get(value)
+                attr = last.get(value)
                 if attr is None:
                     attr = DeviceAttribute.model_validate(value)
-                now[value] = attr
+                cache[value] = attr
             out[name] = attr
         return out
 

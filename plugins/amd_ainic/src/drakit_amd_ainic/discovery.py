@@ -456,7 +456,7 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
         mtu = _num(f"{net}/mtu")
         s = _num(f"{net}/speed")
         speed = s if s is not None and s > 0 else None
-        queues = sum(1 for q in _listdir(f"{net}/queues") if q.startswith("rx-"))
+        queues = len([q for q in _listdir(f"{net}/queues") if q[:3] == "rx-"])
     rdma = rdmas[0] if rdmas else None
     uverbs = fw = None
     if rdma:
