@@ -242,9 +242,11 @@ _PF_DEVICE = f"0x{ETH_PF:04x}".encode()
 _PF_VENDOR = f"0x{PENSANDO_VENDOR:04x}".encode()
 
 
-def _is_pf(bus: str, bdf: str) -> bool:
+def _is_pf(bus: str, bdf: str, device_ids: dict[str, bytes]) -> bool:
+    """Whether ``bdf`` is an AINIC PF; the ``device`` bytes read go into ``device_ids``."""
     d = f"{bus}/{bdf}/"
-    return _small(d + "device") == _PF_DEVICE and _small(d + "vendor") == _PF_VENDOR
+    device = device_ids[bdf] = _small(d + "device")
+    return device == _PF_DEVICE and _small(d + "vendor") == _PF_VENDOR
 
 
 def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic]:
@@ -263,12 +265,13 @@ def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic
         return []
     known = cache.is_pf if cache is not None else {}
     seen: dict[str, tuple[int, bool]] = {}
+    device_ids: dict[str, bytes] = {}
     out: list[Ainic] = []
     for bdf, ino in entries:
         if not _BDF.match(bdf):
             continue
         hit = known.get(bdf)
-        is_pf = hit[1] if hit is not None and hit[0] == ino else _is_pf(str(bus), bdf)
+        is_pf = hit[1] if hit is not None and hit[0] == ino else _is_pf(str(bus), bdf, device_ids)
         seen[bdf] = (ino, is_pf)
         if not is_pf:
             continue
@@ -288,6 +291,7 @@ def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic
         )
     if cache is not None:
         cache.is_pf = seen
+        cache.device_ids = device_ids
     return out
 
 
@@ -346,6 +350,9 @@ class SysfsCache:
         """BDF -> (inode of its ``bus/pci/devices`` link, whether it is an AINIC PF)."""
         self.virtfns: dict[str, tuple[tuple[tuple[str, int], ...], dict[int, str]]] = {}
         """PF directory -> (its ``virtfn<i>`` links with their inodes, VF index -> BDF)."""
+        self.device_ids: dict[str, bytes] = {}
+        """BDF -> its ``device`` file as :func:`read_ainics` read it this round (functions seen
+        for the first time), so a new VF's is not read twice; emptied when the round ends."""
 
     def fixed(self, bdf: str, ino: int) -> _Fixed | None:
         """The facts read when this directory was first seen."""
@@ -367,6 +374,7 @@ class SysfsCache:
 
     def prune(self, live: set[str]) -> None:
         """Forget VFs that are gone or were not read this round (their BDF not in ``live``)."""
+        self.device_ids = {}
         for bdf in [b for b in self._fixed if b not in live]:
             del self._fixed[bdf]
         for key in [k for k in self._rdma if k[0] not in live]:
@@ -401,12 +409,21 @@ def _num(path: str, base: int = 10) -> int | None:
         return None
 
 
-def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> NicFunction | None:
+def _hex(raw: bytes) -> int | None:
+    try:
+        return int(raw, 16) if raw else None
+    except ValueError:
+        return None
+
+
+def _fast_vf(
+    nic: Ainic, index: int, bdf: str, d: str, ino: int, cache: SysfsCache
+) -> NicFunction | None:
     """One VF whose directory ``d`` is a sibling of its PF's (where the kernel puts VFs).
 
     ``None`` when it is not this PF's VF (its ``physfn`` names another) or not a PCI device.
+    Runs for every VF of a node every round: reads inline, no helper per file.
     """
-    bdf = os.path.basename(d)
     fixed = cache.fixed(bdf, ino)
     if fixed is None:
         try:
@@ -414,7 +431,9 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
                 return None
         except OSError:
             return None
-        vendor, device = _num(f"{d}/vendor", 16), _num(f"{d}/device", 16)
+        raw = cache.device_ids.get(bdf)  # read moments ago, this round, by read_ainics
+        vendor = _num(f"{d}/vendor", 16)
+        device = _hex(raw) if raw is not None else _num(f"{d}/device", 16)
         klass = _num(f"{d}/class", 16)
         if vendor is None or device is None or klass is None:
             return None
@@ -429,34 +448,26 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
         )
         cache.keep(bdf, ino, fixed)
     try:
-        driver: str | None = os.path.basename(os.readlink(f"{d}/driver"))
+        driver: str | None = os.readlink(f"{d}/driver").rpartition("/")[2]
     except OSError:
         driver = None
-    netdevs = tuple(sorted(_listdir(f"{d}/net")))
+    nets = _listdir(f"{d}/net")
+    if len(nets) > 1:
+        nets.sort()
+    netdevs = tuple(nets)
     ib = _inodes(f"{d}/infiniband")
-    rdmas = tuple(sorted(ib))
-    pci = PciFunction(
-        bdf=bdf,
-        vendor=fixed.vendor,
-        device=fixed.device,
-        class_code=fixed.class_code,
-        numa_node=fixed.numa_node,
-        chain=fixed.chain,
-        driver=driver,
-        physfn=nic.pf.bdf,
-        netdevs=netdevs,
-        rdma_devices=rdmas,
-    )
-    ifname = netdevs[0] if netdevs else None
+    rdmas = tuple(sorted(ib)) if len(ib) > 1 else tuple(ib)
     mac = mtu = speed = None
     queues = 0
-    if ifname:
-        net = f"{d}/net/{ifname}"
-        mac = _text(f"{net}/address")
-        mtu = _num(f"{net}/mtu")
-        s = _num(f"{net}/speed")
-        speed = s if s is not None and s > 0 else None
-        queues = len([q for q in _listdir(f"{net}/queues") if q[:3] == "rx-"])
+    if netdevs:
+        net = f"{d}/net/{netdevs[0]}/"
+        raw = _small(net + "address")
+        mac = raw.decode("ascii", "replace") if raw else None
+        raw = _small(net + "mtu")
+        mtu = int(raw) if raw.isdigit() else None
+        raw = _small(net + "speed")
+        speed = int(raw) if raw.isdigit() and int(raw) > 0 else None
+        queues = len([q for q in _listdir(net + "queues") if q[:3] == "rx-"])
     rdma = rdmas[0] if rdmas else None
     uverbs = fw = None
     if rdma:
@@ -470,9 +481,20 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
             cache.keep_rdma(bdf, ino, rdma, known)
         uverbs, fw = known.uverbs, known.fw_version
     return NicFunction(
-        pci=pci,
+        pci=PciFunction(
+            bdf=bdf,
+            vendor=fixed.vendor,
+            device=fixed.device,
+            class_code=fixed.class_code,
+            numa_node=fixed.numa_node,
+            chain=fixed.chain,
+            driver=driver,
+            physfn=nic.pf.bdf,
+            netdevs=netdevs,
+            rdma_devices=rdmas,
+        ),
         dir=fixed.dir,
-        ifname=ifname,
+        ifname=netdevs[0] if netdevs else None,
         mac=mac,
         mtu=mtu,
         speed_mbps=speed,
@@ -505,7 +527,7 @@ def read_vfs(
     out = []
     for i, bdf in addresses.items():
         ino = inodes.get(bdf)
-        fn = _fast_vf(nic, i, f"{parent}/{bdf}", ino, cache) if ino is not None else None
+        fn = _fast_vf(nic, i, bdf, f"{parent}/{bdf}", ino, cache) if ino is not None else None
         if fn is None:
             fn = read_vf(root, nic, i, bdf)
         if fn is not None:
