@@ -23,7 +23,8 @@ from drakit.pluginhost import Discovered, PluginHost
 from drakit.runtime import fast_tmp
 from drakit.sim import SysfsBuilder, build_profile, get_profile
 from drakit.slices import render_slices
-from drakit_amd_ainic.discovery import SysfsCache, read_ainics, read_vf, read_vfs
+from drakit.sysfs import read_pci_function
+from drakit_amd_ainic.discovery import SysfsCache, read_ainics, read_function, read_vf, read_vfs
 from drakit_amd_ainic.sim import ainic_machine
 
 DRIVER = "ainic.amd.drakit.io"
@@ -73,14 +74,18 @@ def _rendered(found: Discovered) -> str:
 
 
 @pytest.mark.parametrize("tree", TREES)
-def test_vfs_read_straight_from_their_directories_equal_the_long_way(
+def test_functions_read_from_their_directories_equal_the_long_way(
     trees: dict[str, Path], tree: str
 ) -> None:
     root = trees[tree]
     cache = SysfsCache()
     nics = read_ainics(root, cache)
     assert nics
+    assert read_ainics(root, cache) == nics, "a round from the cache"
     for nic in nics:
+        long_way = read_pci_function(root, nic.pf.bdf)
+        assert long_way is not None
+        assert nic.pf == read_function(root / "sys", long_way)
         slow = tuple(
             fn for i, bdf in nic.vf_addresses.items() if (fn := read_vf(root, nic, i, bdf))
         )

@@ -254,16 +254,17 @@ def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic
 
     VF details are read on demand (:func:`read_vfs`): a PF whose VFs are a pool (``shared``) or
     not published needs only their count, and a node may have thousands. With ``cache``, a
-    function already seen (same link inode) is not read again to learn whether it is a PF.
+    function already seen (same link inode) is not read again to learn whether it is a PF, and
+    a PF's identity and place are not resolved again.
     """
-    sys_root = Path(root) / "sys"
-    bus = sys_root / "bus" / "pci" / "devices"
+    bus = Path(root) / "sys" / "bus" / "pci" / "devices"
     try:
         with os.scandir(bus) as it:
             entries = sorted((e.name, e.inode()) for e in it)
     except OSError:
         return []
-    known = cache.is_pf if cache is not None else {}
+    store = cache if cache is not None else SysfsCache()
+    known = store.is_pf
     seen: dict[str, tuple[int, bool]] = {}
     device_ids: dict[str, bytes] = {}
     out: list[Ainic] = []
@@ -275,23 +276,23 @@ def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic
         seen[bdf] = (ino, is_pf)
         if not is_pf:
             continue
-        pf = read_pci_function(root, bdf)
-        if pf is None or pf.physfn is not None:
+        got = _pf(root, bdf, ino, store)
+        if got is None:
             continue
-        nf = read_function(sys_root, pf)
-        sub = _int(_read(nf.dir / "subsystem_device"))
+        nf, model = got
         out.append(
             Ainic(
                 index=len(out),
                 pf=nf,
                 vf_addresses=_vf_indices(nf.dir, cache),
-                total_vfs=pf.sriov_totalvfs or 0,
-                model=_MODELS.get(sub or 0, "DSC Ethernet Controller"),
+                total_vfs=nf.pci.sriov_totalvfs or 0,
+                model=model,
             )
         )
-    if cache is not None:
-        cache.is_pf = seen
-        cache.device_ids = device_ids
+    store.is_pf = seen
+    store.device_ids = device_ids
+    for gone in [b for b in store.pfs if b not in seen]:
+        del store.pfs[gone]
     return out
 
 
@@ -337,8 +338,9 @@ class SysfsCache:
     directory: vendor, device, class, NUMA node, PCI chain and path, that it is this PF's VF;
     and, per RDMA device directory (``infiniband/<name>``, by inode: a rebound RDMA driver
     makes a new one), its uverbs node and firmware version.
-    Kept per ``bus/pci/devices`` link: whether it is an AINIC PF; per PF, the targets of its
-    ``virtfn<i>`` links while their inodes are unchanged. Read every round: the bound
+    Kept per ``bus/pci/devices`` link: whether it is an AINIC PF; per PF, its PCI identity
+    and resolved directory (read the long way once), and the targets of its ``virtfn<i>``
+    links while their inodes are unchanged. Read every round: the bound
     driver, the netdev and RDMA device names, MAC, MTU, link speed and queue count. Not
     thread-safe: discovery rounds are serial.
     """
@@ -350,6 +352,9 @@ class SysfsCache:
         """BDF -> (inode of its ``bus/pci/devices`` link, whether it is an AINIC PF)."""
         self.virtfns: dict[str, tuple[tuple[tuple[str, int], ...], dict[int, str]]] = {}
         """PF directory -> (its ``virtfn<i>`` links with their inodes, VF index -> BDF)."""
+        self.pfs: dict[str, tuple[int, PciFunction, Path, str]] = {}
+        """PF BDF -> (inode of its link, its PCI identity read the long way, its resolved
+        directory, its model)."""
         self.device_ids: dict[str, bytes] = {}
         """BDF -> its ``device`` file as :func:`read_ainics` read it this round (functions seen
         for the first time), so a new VF's is not read twice; emptied when the round ends."""
@@ -377,7 +382,7 @@ class SysfsCache:
         self.device_ids = {}
         for bdf in [b for b in self._fixed if b not in live]:
             del self._fixed[bdf]
-        for key in [k for k in self._rdma if k[0] not in live]:
+        for key in [k for k in self._rdma if k[0] not in live and k[0] not in self.pfs]:
             del self._rdma[key]
 
 
@@ -416,13 +421,84 @@ def _hex(raw: bytes) -> int | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Live:
+    """What every round reads again about one function (it can change while the entry lives)."""
+
+    driver: str | None
+    netdevs: tuple[str, ...]
+    rdma_devices: tuple[str, ...]
+    mac: str | None
+    mtu: int | None
+    speed_mbps: int | None
+    queues: int
+    uverbs: str | None
+    fw_version: str | None
+
+
+def _live(d: str, bdf: str, ino: int, cache: SysfsCache) -> _Live:
+    """The bound driver, netdev, RDMA device and netdev values of the function at ``d``.
+
+    Runs for every function of a node every round: reads inline, no helper per file. An RDMA
+    device's uverbs node and firmware are read once per directory (:class:`SysfsCache`).
+    """
+    try:
+        driver: str | None = os.readlink(f"{d}/driver").rpartition("/")[2]
+    except OSError:
+        driver = None
+    nets = _listdir(f"{d}/net")
+    if len(nets) > 1:
+        nets.sort()
+    ib = _inodes(f"{d}/infiniband")
+    rdmas = tuple(sorted(ib)) if len(ib) > 1 else tuple(ib)
+    mac = mtu = speed = None
+    queues = 0
+    if nets:
+        net = f"{d}/net/{nets[0]}/"
+        raw = _small(net + "address")
+        mac = raw.decode("ascii", "replace") if raw else None
+        raw = _small(net + "mtu")
+        mtu = int(raw) if raw.isdigit() else None
+        raw = _small(net + "speed")
+        speed = int(raw) if raw.isdigit() and int(raw) > 0 else None
+        queues = len([q for q in _listdir(net + "queues") if q[:3] == "rx-"])
+    uverbs = fw = None
+    if rdmas:
+        rdma = rdmas[0]
+        known = cache.rdma(bdf, ino, rdma, ib[rdma])
+        if known is None:
+            verbs = sorted(_listdir(f"{d}/infiniband_verbs"))
+            found = next(
+                (u for u in verbs if _text(f"{d}/infiniband_verbs/{u}/ibdev") == rdma), None
+            )
+            known = _Rdma(ib[rdma], found, _text(f"{d}/infiniband/{rdma}/fw_ver"))
+            cache.keep_rdma(bdf, ino, rdma, known)
+        uverbs, fw = known.uverbs, known.fw_version
+    return _Live(driver, tuple(nets), rdmas, mac, mtu, speed, queues, uverbs, fw)
+
+
+def _function_of(pci: PciFunction, d: Path, live: _Live, vf_index: int | None) -> NicFunction:
+    return NicFunction(
+        pci=pci,
+        dir=d,
+        ifname=live.netdevs[0] if live.netdevs else None,
+        mac=live.mac,
+        mtu=live.mtu,
+        speed_mbps=live.speed_mbps,
+        queues=live.queues,
+        rdma_device=live.rdma_devices[0] if live.rdma_devices else None,
+        uverbs=live.uverbs,
+        fw_version=live.fw_version,
+        vf_index=vf_index,
+    )
+
+
 def _fast_vf(
     nic: Ainic, index: int, bdf: str, d: str, ino: int, cache: SysfsCache
 ) -> NicFunction | None:
     """One VF whose directory ``d`` is a sibling of its PF's (where the kernel puts VFs).
 
     ``None`` when it is not this PF's VF (its ``physfn`` names another) or not a PCI device.
-    Runs for every VF of a node every round: reads inline, no helper per file.
     """
     fixed = cache.fixed(bdf, ino)
     if fixed is None:
@@ -447,63 +523,54 @@ def _fast_vf(
             dir=nic.pf.dir.with_name(bdf),
         )
         cache.keep(bdf, ino, fixed)
-    try:
-        driver: str | None = os.readlink(f"{d}/driver").rpartition("/")[2]
-    except OSError:
-        driver = None
-    nets = _listdir(f"{d}/net")
-    if len(nets) > 1:
-        nets.sort()
-    netdevs = tuple(nets)
-    ib = _inodes(f"{d}/infiniband")
-    rdmas = tuple(sorted(ib)) if len(ib) > 1 else tuple(ib)
-    mac = mtu = speed = None
-    queues = 0
-    if netdevs:
-        net = f"{d}/net/{netdevs[0]}/"
-        raw = _small(net + "address")
-        mac = raw.decode("ascii", "replace") if raw else None
-        raw = _small(net + "mtu")
-        mtu = int(raw) if raw.isdigit() else None
-        raw = _small(net + "speed")
-        speed = int(raw) if raw.isdigit() and int(raw) > 0 else None
-        queues = len([q for q in _listdir(net + "queues") if q[:3] == "rx-"])
-    rdma = rdmas[0] if rdmas else None
-    uverbs = fw = None
-    if rdma:
-        known = cache.rdma(bdf, ino, rdma, ib[rdma])
-        if known is None:
-            verbs = sorted(_listdir(f"{d}/infiniband_verbs"))
-            found = next(
-                (u for u in verbs if _text(f"{d}/infiniband_verbs/{u}/ibdev") == rdma), None
-            )
-            known = _Rdma(ib[rdma], found, _text(f"{d}/infiniband/{rdma}/fw_ver"))
-            cache.keep_rdma(bdf, ino, rdma, known)
-        uverbs, fw = known.uverbs, known.fw_version
-    return NicFunction(
-        pci=PciFunction(
-            bdf=bdf,
-            vendor=fixed.vendor,
-            device=fixed.device,
-            class_code=fixed.class_code,
-            numa_node=fixed.numa_node,
-            chain=fixed.chain,
-            driver=driver,
-            physfn=nic.pf.bdf,
-            netdevs=netdevs,
-            rdma_devices=rdmas,
-        ),
-        dir=fixed.dir,
-        ifname=netdevs[0] if netdevs else None,
-        mac=mac,
-        mtu=mtu,
-        speed_mbps=speed,
-        queues=queues,
-        rdma_device=rdma,
-        uverbs=uverbs,
-        fw_version=fw,
-        vf_index=index,
+    live = _live(d, bdf, ino, cache)
+    pci = PciFunction(
+        bdf=bdf,
+        vendor=fixed.vendor,
+        device=fixed.device,
+        class_code=fixed.class_code,
+        numa_node=fixed.numa_node,
+        chain=fixed.chain,
+        driver=live.driver,
+        physfn=nic.pf.bdf,
+        netdevs=live.netdevs,
+        rdma_devices=live.rdma_devices,
     )
+    return _function_of(pci, fixed.dir, live, index)
+
+
+def _pf(root: str | Path, bdf: str, ino: int, cache: SysfsCache) -> tuple[NicFunction, str] | None:
+    """The PF at ``bdf`` (``None``: not a PF) and its model.
+
+    The first time its ``bus/pci/devices`` link is seen (by inode), the long way
+    (:func:`drakit.sysfs.read_pci_function`, path resolution); what cannot change while the
+    entry lives is kept, and every round reads the rest like a VF's.
+    """
+    hit = cache.pfs.get(bdf)
+    if hit is None or hit[0] != ino:
+        pci = read_pci_function(root, bdf)
+        if pci is None or pci.physfn is not None:
+            return None
+        d = Path(os.path.realpath(Path(root) / "sys" / "bus" / "pci" / "devices" / bdf))
+        sub = _int(_read(d / "subsystem_device"))
+        hit = (ino, pci, d, _MODELS.get(sub or 0, "DSC Ethernet Controller"))
+        cache.pfs[bdf] = hit
+    _, fixed, d, model = hit
+    live = _live(str(d), bdf, ino, cache)
+    pci = PciFunction(
+        bdf=bdf,
+        vendor=fixed.vendor,
+        device=fixed.device,
+        class_code=fixed.class_code,
+        numa_node=fixed.numa_node,
+        chain=fixed.chain,
+        driver=live.driver,
+        sriov_totalvfs=fixed.sriov_totalvfs,
+        sriov_numvfs=_num(f"{d}/sriov_numvfs"),
+        netdevs=live.netdevs,
+        rdma_devices=live.rdma_devices,
+    )
+    return _function_of(pci, d, live, None), model
 
 
 def read_vfs(
