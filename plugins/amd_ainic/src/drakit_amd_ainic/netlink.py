@@ -121,10 +121,9 @@ class TreeNetlink:
                     os.rmdir(f"{q}/{entry}")
                 except OSError:
                     shutil.rmtree(f"{q}/{entry}")  # a queue directory with attribute files
-        for i in range(count):
-            for kind in ("rx", "tx"):
-                if f"{kind}-{i}" not in have:
-                    os.mkdir(f"{q}/{kind}-{i}")
+        for name in (f"{kind}-{i}" for i in range(count) for kind in ("rx", "tx")):
+            if name not in have:
+                os.mkdir(f"{q}/{name}")
 
 
 def _write(path: Path, text: str) -> None:

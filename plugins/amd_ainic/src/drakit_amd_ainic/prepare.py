@@ -315,7 +315,8 @@ class Preparer:
     def _assignment(
         claim: ClaimInfo, dev: AllocatedDevice, pub: Published, vf: NicFunction
     ) -> Assignment:
-        return Assignment(
+        # strings of a validated claim and a VF index: valid by construction
+        return Assignment.model_construct(
             claim=claim.uid,
             request=dev.request,
             device=dev.device,
@@ -338,7 +339,8 @@ class Preparer:
             pf_if = pub.nic.pf.ifname
             if pf_if is None:
                 raise PermanentError(f"{plan.where}: PF {pub.nic.pf.bdf} has no netdev to set VFs")
-            settings = VfSettings(
+            # from the validated NicConfig and the share's whole bandwidth: valid by construction
+            settings = VfSettings.model_construct(
                 mac=vf_cfg.get("mac"),
                 vlan=vf_cfg.get("vlan"),
                 trust=vf_cfg.get("trust"),
