@@ -227,9 +227,7 @@ class Preparer:
                     f"{self.settings.shares_per_vf} share(s); the allocation is ahead of the "
                     "node, the kubelet will retry once a share is released"
                 )
-            # valid by construction (a kind, count 1, VF indices, plain options): validating
-            # it again was a twentieth of a shared prepare
-            request = SelectionRequest.model_construct(
+            request = SelectionRequest(
                 kind=SELECTION_KIND,
                 count=1,
                 available=frozenset(free),
@@ -315,8 +313,7 @@ class Preparer:
     def _assignment(
         claim: ClaimInfo, dev: AllocatedDevice, pub: Published, vf: NicFunction
     ) -> Assignment:
-        # strings of a validated claim and a VF index: valid by construction
-        return Assignment.model_construct(
+        return Assignment(
             claim=claim.uid,
             request=dev.request,
             device=dev.device,
@@ -339,8 +336,7 @@ class Preparer:
             pf_if = pub.nic.pf.ifname
             if pf_if is None:
                 raise PermanentError(f"{plan.where}: PF {pub.nic.pf.bdf} has no netdev to set VFs")
-            # from the validated NicConfig and the share's whole bandwidth: valid by construction
-            settings = VfSettings.model_construct(
+            settings = VfSettings(
                 mac=vf_cfg.get("mac"),
                 vlan=vf_cfg.get("vlan"),
                 trust=vf_cfg.get("trust"),

@@ -24,5 +24,4 @@ def least_loaded(request: SelectionRequest) -> SelectionResult:
     free = sorted(request.available, key=lambda i: (loads.get(i, 0), i))
     if len(free) < request.count:
         raise PermanentError(f"{request.count} VFs asked for, {len(free)} free")
-    # VF indices out of the request's own ``available``: valid by construction
-    return SelectionResult.model_construct(units=frozenset(free[: request.count]))
+    return SelectionResult(units=frozenset(free[: request.count]))
