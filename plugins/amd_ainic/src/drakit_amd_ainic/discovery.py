@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from drakit.sysfs import PciFunction, read_pci_function
 
@@ -309,8 +310,7 @@ def read_vf(root: str | Path, nic: Ainic, index: int, bdf: str) -> NicFunction |
     return read_function(Path(root) / "sys", fn, index)
 
 
-@dataclass(frozen=True, slots=True)
-class _Fixed:
+class _Fixed(NamedTuple):  # a tuple: made per function per round, cheap to build
     """What a VF's sysfs directory fixes for its life: its PCI identity and place."""
 
     vendor: int
@@ -321,8 +321,7 @@ class _Fixed:
     dir: Path
 
 
-@dataclass(frozen=True, slots=True)
-class _Rdma:
+class _Rdma(NamedTuple):  # a tuple: made per function per round, cheap to build
     """An RDMA device of one VF directory and what rediscovery need not read again."""
 
     ino: int
@@ -421,8 +420,7 @@ def _hex(raw: bytes) -> int | None:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class _Live:
+class _Live(NamedTuple):  # a tuple: made per function per round, cheap to build
     """What every round reads again about one function (it can change while the entry lives)."""
 
     driver: str | None
