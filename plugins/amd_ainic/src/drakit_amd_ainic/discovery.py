@@ -354,6 +354,7 @@ class SysfsCache:
         self.pfs: dict[str, tuple[int, PciFunction, Path, str]] = {}
         """PF BDF -> (inode of its link, its PCI identity read the long way, its resolved
         directory, its model)."""
+        self._netdevs: dict[str, list[str]] | None = None
         self.device_ids: dict[str, bytes] = {}
         """BDF -> its ``device`` file as :func:`read_ainics` read it this round (functions seen
         for the first time), so a new VF's is not read twice; emptied when the round ends."""
@@ -376,9 +377,16 @@ class SysfsCache:
         """Remember ``rdma``."""
         self._rdma[(bdf, ino, name)] = rdma
 
+    def netdevs(self, sys_root: str) -> dict[str, list[str]]:
+        """:func:`_netdevs_by_function` of this round (read once per round, on first use)."""
+        if self._netdevs is None:
+            self._netdevs = _netdevs_by_function(sys_root)
+        return self._netdevs
+
     def prune(self, live: set[str]) -> None:
         """Forget VFs that are gone or were not read this round (their BDF not in ``live``)."""
         self.device_ids = {}
+        self._netdevs = None
         for bdf in [b for b in self._fixed if b not in live]:
             del self._fixed[bdf]
         for key in [k for k in self._rdma if k[0] not in live and k[0] not in self.pfs]:
@@ -434,17 +442,22 @@ class _Live(NamedTuple):  # a tuple: made per function per round, cheap to build
     fw_version: str | None
 
 
-def _live(d: str, bdf: str, ino: int, cache: SysfsCache) -> _Live:
+def _live(d: str, bdf: str, ino: int, cache: SysfsCache, named: list[str] | None = None) -> _Live:
     """The bound driver, netdev, RDMA device and netdev values of the function at ``d``.
 
     Runs for every function of a node every round: reads inline, no helper per file. An RDMA
     device's uverbs node and firmware are read once per directory (:class:`SysfsCache`).
+    ``named``: the netdevs ``class/net`` links put under this function (see
+    :func:`_netdevs_by_function`), checked to be there instead of listing ``net/``.
     """
     try:
         driver: str | None = os.readlink(f"{d}/driver").rpartition("/")[2]
     except OSError:
         driver = None
-    nets = _listdir(f"{d}/net")
+    if named is None:
+        nets = _listdir(f"{d}/net")
+    else:  # a link left behind by a netdev gone from the function is not its netdev
+        nets = [n for n in named if os.path.isdir(f"{d}/net/{n}")]
     if len(nets) > 1:
         nets.sort()
     ib = _inodes(f"{d}/infiniband")
@@ -491,8 +504,33 @@ def _function_of(pci: PciFunction, d: Path, live: _Live, vf_index: int | None) -
     )
 
 
+def _netdevs_by_function(sys_root: str) -> dict[str, list[str]]:
+    """BDF -> the netdevs whose ``class/net/<name>`` link points under that function.
+
+    One listing and one ``readlink`` per netdev of the node, instead of listing every VF's
+    ``net/`` directory (five system calls each); a link is
+    ``../../devices/<chain>/<BDF>/net/<name>``.
+    """
+    out: dict[str, list[str]] = {}
+    cls = f"{sys_root}/class/net"
+    for name in _listdir(cls):
+        try:
+            _, bdf, kind, last = os.readlink(f"{cls}/{name}").rsplit("/", 3)
+        except (OSError, ValueError):
+            continue
+        if kind == "net" and last == name:
+            out.setdefault(bdf, []).append(name)
+    return out
+
+
 def _fast_vf(
-    nic: Ainic, index: int, bdf: str, d: str, ino: int, cache: SysfsCache
+    nic: Ainic,
+    index: int,
+    bdf: str,
+    d: str,
+    ino: int,
+    cache: SysfsCache,
+    netdevs: Mapping[str, list[str]],
 ) -> NicFunction | None:
     """One VF whose directory ``d`` is a sibling of its PF's (where the kernel puts VFs).
 
@@ -521,7 +559,7 @@ def _fast_vf(
             dir=nic.pf.dir.with_name(bdf),
         )
         cache.keep(bdf, ino, fixed)
-    live = _live(d, bdf, ino, cache)
+    live = _live(d, bdf, ino, cache, netdevs.get(bdf, []))
     pci = PciFunction(
         bdf=bdf,
         vendor=fixed.vendor,
@@ -589,10 +627,15 @@ def read_vfs(
             inodes = {e.name: e.inode() for e in it if e.name in wanted}
     except OSError:
         inodes = {}
+    netdevs = cache.netdevs(f"{root}/sys") if inodes else {}
     out = []
     for i, bdf in addresses.items():
         ino = inodes.get(bdf)
-        fn = _fast_vf(nic, i, bdf, f"{parent}/{bdf}", ino, cache) if ino is not None else None
+        fn = (
+            _fast_vf(nic, i, bdf, f"{parent}/{bdf}", ino, cache, netdevs)
+            if ino is not None
+            else None
+        )
         if fn is None:
             fn = read_vf(root, nic, i, bdf)
         if fn is not None:
