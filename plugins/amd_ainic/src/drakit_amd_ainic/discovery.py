@@ -354,7 +354,7 @@ class SysfsCache:
         self.pfs: dict[str, tuple[int, PciFunction, Path, str]] = {}
         """PF BDF -> (inode of its link, its PCI identity read the long way, its resolved
         directory, its model)."""
-        self._netdevs: dict[str, list[str]] | None = None
+        self._members: dict[str, dict[str, list[str]]] = {}
         self.device_ids: dict[str, bytes] = {}
         """BDF -> its ``device`` file as :func:`read_ainics` read it this round (functions seen
         for the first time), so a new VF's is not read twice; emptied when the round ends."""
@@ -377,16 +377,17 @@ class SysfsCache:
         """Remember ``rdma``."""
         self._rdma[(bdf, ino, name)] = rdma
 
-    def netdevs(self, sys_root: str) -> dict[str, list[str]]:
-        """:func:`_netdevs_by_function` of this round (read once per round, on first use)."""
-        if self._netdevs is None:
-            self._netdevs = _netdevs_by_function(sys_root)
-        return self._netdevs
+    def members(self, sys_root: str, cls: str) -> dict[str, list[str]]:
+        """:func:`_class_members` of this round (read once per round, on first use)."""
+        got = self._members.get(cls)
+        if got is None:
+            got = self._members[cls] = _class_members(sys_root, cls)
+        return got
 
     def prune(self, live: set[str]) -> None:
         """Forget VFs that are gone or were not read this round (their BDF not in ``live``)."""
         self.device_ids = {}
-        self._netdevs = None
+        self._members = {}
         for bdf in [b for b in self._fixed if b not in live]:
             del self._fixed[bdf]
         for key in [k for k in self._rdma if k[0] not in live and k[0] not in self.pfs]:
@@ -442,13 +443,20 @@ class _Live(NamedTuple):  # a tuple: made per function per round, cheap to build
     fw_version: str | None
 
 
-def _live(d: str, bdf: str, ino: int, cache: SysfsCache, named: list[str] | None = None) -> _Live:
+def _live(
+    d: str,
+    bdf: str,
+    ino: int,
+    cache: SysfsCache,
+    named: tuple[list[str], list[str]] | None = None,
+) -> _Live:
     """The bound driver, netdev, RDMA device and netdev values of the function at ``d``.
 
     Runs for every function of a node every round: reads inline, no helper per file. An RDMA
     device's uverbs node and firmware are read once per directory (:class:`SysfsCache`).
-    ``named``: the netdevs ``class/net`` links put under this function (see
-    :func:`_netdevs_by_function`), checked to be there instead of listing ``net/``.
+    ``named``: the netdevs and RDMA devices ``class/`` links put under this function (see
+    :func:`_class_members`), checked to be there instead of listing ``net/`` and
+    ``infiniband/``.
     """
     try:
         driver: str | None = os.readlink(f"{d}/driver").rpartition("/")[2]
@@ -456,11 +464,17 @@ def _live(d: str, bdf: str, ino: int, cache: SysfsCache, named: list[str] | None
         driver = None
     if named is None:
         nets = _listdir(f"{d}/net")
-    else:  # a link left behind by a netdev gone from the function is not its netdev
-        nets = [n for n in named if os.path.isdir(f"{d}/net/{n}")]
+        ib = _inodes(f"{d}/infiniband")
+    else:  # a link left behind by a device gone from the function is not its device
+        nets = [n for n in named[0] if os.path.isdir(f"{d}/net/{n}")]
+        ib = {}
+        for name in named[1]:
+            try:
+                ib[name] = os.stat(f"{d}/infiniband/{name}").st_ino
+            except OSError:
+                continue
     if len(nets) > 1:
         nets.sort()
-    ib = _inodes(f"{d}/infiniband")
     rdmas = tuple(sorted(ib)) if len(ib) > 1 else tuple(ib)
     mac = mtu = speed = None
     queues = 0
@@ -504,21 +518,21 @@ def _function_of(pci: PciFunction, d: Path, live: _Live, vf_index: int | None) -
     )
 
 
-def _netdevs_by_function(sys_root: str) -> dict[str, list[str]]:
-    """BDF -> the netdevs whose ``class/net/<name>`` link points under that function.
+def _class_members(sys_root: str, cls: str) -> dict[str, list[str]]:
+    """BDF -> the devices whose ``class/<cls>/<name>`` link points under that function.
 
-    One listing and one ``readlink`` per netdev of the node, instead of listing every VF's
-    ``net/`` directory (five system calls each); a link is
-    ``../../devices/<chain>/<BDF>/net/<name>``.
+    One listing and one ``readlink`` per netdev (``net``) or RDMA device (``infiniband``) of
+    the node, instead of listing that directory of every VF (five system calls each); a link
+    is ``../../devices/<chain>/<BDF>/<cls>/<name>``.
     """
     out: dict[str, list[str]] = {}
-    cls = f"{sys_root}/class/net"
-    for name in _listdir(cls):
+    where = f"{sys_root}/class/{cls}"
+    for name in _listdir(where):
         try:
-            _, bdf, kind, last = os.readlink(f"{cls}/{name}").rsplit("/", 3)
+            _, bdf, kind, last = os.readlink(f"{where}/{name}").rsplit("/", 3)
         except (OSError, ValueError):
             continue
-        if kind == "net" and last == name:
+        if kind == cls and last == name:
             out.setdefault(bdf, []).append(name)
     return out
 
@@ -531,6 +545,7 @@ def _fast_vf(
     ino: int,
     cache: SysfsCache,
     netdevs: Mapping[str, list[str]],
+    rdmas: Mapping[str, list[str]],
 ) -> NicFunction | None:
     """One VF whose directory ``d`` is a sibling of its PF's (where the kernel puts VFs).
 
@@ -559,7 +574,7 @@ def _fast_vf(
             dir=nic.pf.dir.with_name(bdf),
         )
         cache.keep(bdf, ino, fixed)
-    live = _live(d, bdf, ino, cache, netdevs.get(bdf, []))
+    live = _live(d, bdf, ino, cache, (netdevs.get(bdf, []), rdmas.get(bdf, [])))
     pci = PciFunction(
         bdf=bdf,
         vendor=fixed.vendor,
@@ -627,12 +642,13 @@ def read_vfs(
             inodes = {e.name: e.inode() for e in it if e.name in wanted}
     except OSError:
         inodes = {}
-    netdevs = cache.netdevs(f"{root}/sys") if inodes else {}
+    netdevs = cache.members(f"{root}/sys", "net") if inodes else {}
+    rdmas = cache.members(f"{root}/sys", "infiniband") if inodes else {}
     out = []
     for i, bdf in addresses.items():
         ino = inodes.get(bdf)
         fn = (
-            _fast_vf(nic, i, bdf, f"{parent}/{bdf}", ino, cache, netdevs)
+            _fast_vf(nic, i, bdf, f"{parent}/{bdf}", ino, cache, netdevs, rdmas)
             if ino is not None
             else None
         )
