@@ -78,7 +78,7 @@ def _claim(claims: InMemoryClaims, device: str, consumed: dict[str, str] | None)
     return ClaimRef(namespace="ns", name=name, uid=uid)
 
 
-def run_ainic(report: Report, repeats: int, discovery_repeats: int, cold_repeats: int = 3) -> None:
+def run_ainic(report: Report, repeats: int, discovery_repeats: int, cold_repeats: int = 5) -> None:
     """Discovery of 16 x 128 VFs per mode; prepare p50 shared vs pf."""
     calib: list[float] = []
     with tempfile.TemporaryDirectory(prefix="drakit-bench-nic-", dir=fast_tmp()) as tmp:
@@ -245,7 +245,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--discovery-repeats", type=int, default=5)
-    parser.add_argument("--cold-repeats", type=int, default=3)
+    parser.add_argument("--cold-repeats", type=int, default=5)
     parser.add_argument(
         "--cold-child", nargs=2, metavar=("ROOT", "STATE_DIR"), help=argparse.SUPPRESS
     )
