@@ -170,13 +170,16 @@ class DeviceAttribute(_Frozen):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
-        set_fields = [k for k, v in self if v is not None]
+        # ``__dict__``, not ``iter(self)``: pydantic runs this again for every instance a Device
+        # is built from, and its ``__iter__`` costs several times the check (2,048-VF nodes)
+        set_fields = [k for k, v in self.__dict__.items() if v is not None]
         if len(set_fields) != 1:
             raise ValueError(
                 f"a device attribute sets exactly one of int, bool, string, version, ints, bools, "
                 f"strings, versions (got {set_fields or 'none'})"
             )
-        problem = attribute_value_problem(self.kind, self.value)
+        name = set_fields[0]
+        problem = attribute_value_problem(_WIRE_NAMES.get(name, name), self.__dict__[name])
         if problem:
             raise ValueError(problem)
         return self
@@ -184,7 +187,7 @@ class DeviceAttribute(_Frozen):
     @property
     def value(self) -> int | bool | str | tuple[int, ...] | tuple[bool, ...] | tuple[str, ...]:
         """The attribute's value, whatever its type."""
-        for _, v in self:
+        for v in self.__dict__.values():
             if v is not None:
                 return v  # type: ignore[no-any-return]
         raise AssertionError("unreachable: validated to hold one value")
@@ -192,10 +195,9 @@ class DeviceAttribute(_Frozen):
     @property
     def kind(self) -> str:
         """The wire name of the set field: ``int``, ``bool``, ``string``, ``version``, ..."""
-        for name, v in self:
+        for name, v in self.__dict__.items():
             if v is not None:
-                field = type(self).model_fields[name]
-                return field.alias or name
+                return _WIRE_NAMES.get(name, name)
         raise AssertionError("unreachable: validated to hold one value")
 
     def value_count(self) -> int:
@@ -208,6 +210,11 @@ class DeviceAttribute(_Frozen):
         v = self.value
         return {self.kind: list(v) if isinstance(v, tuple) else v}
 
+
+_WIRE_NAMES = {
+    name: field.alias for name, field in DeviceAttribute.model_fields.items() if field.alias
+}
+"""Field name -> wire name where they differ (``int_`` -> ``int``)."""
 
 AttributeValue = DeviceAttribute | int | bool | str
 """What a plugin may write as an attribute value."""

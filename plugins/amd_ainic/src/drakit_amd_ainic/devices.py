@@ -208,10 +208,31 @@ class DiscoveryCache:
 
     def __init__(self) -> None:
         self.sysfs = SysfsCache()
-        self._devices: dict[str, tuple[tuple[Any, ...], Device]] = {}
+        self._devices: dict[str, tuple[Any, Device]] = {}
         self._seen: set[str] = set()
+        # validated attributes by value: values repeat across a node's functions (model,
+        # driver, root, rail...). Bools apart (True == 1, but they are different attributes).
+        # This round's and the last round's, so the cache holds what two rounds used and no
+        # more (MACs and names come and go).
+        self._attrs: tuple[dict[object, DeviceAttribute], dict[object, DeviceAttribute]] = ({}, {})
+        self._attrs_before = self._attrs
 
-    def device(self, name: str, key: tuple[Any, ...], build: Callable[[], Device]) -> Device:
+    def typed(self, attrs: Mapping[str, Any]) -> dict[str, DeviceAttribute]:
+        """``attrs`` as validated attributes (each value validated once per two rounds)."""
+        out: dict[str, DeviceAttribute] = {}
+        (now, now_bools), (before, before_bools) = self._attrs, self._attrs_before
+        for name, value in attrs.items():
+            cache, last = (now_bools, before_bools) if value.__class__ is bool else (now, before)
+            attr = cache.get(value)
+            if attr is None:
+                attr = last.get(value)
+                if attr is None:
+                    attr = DeviceAttribute.model_validate(value)
+                cache[value] = attr
+            out[name] = attr
+        return out
+
+    def device(self, name: str, key: Any, build: Callable[[], Device]) -> Device:
         """The last round's device ``name`` if it was made of ``key``; else ``build()``."""
         self._seen.add(name)
         hit = self._devices.get(name)
@@ -226,13 +247,8 @@ class DiscoveryCache:
         for name in [n for n in self._devices if n not in self._seen]:
             del self._devices[name]
         self._seen = set()
+        self._attrs_before, self._attrs = self._attrs, ({}, {})
         self.sysfs.prune(live_vfs)
-
-
-@functools.lru_cache(maxsize=8192, typed=True)  # typed: True and 1 are different attributes
-def _attribute(value: int | str | bool) -> DeviceAttribute:
-    """Attribute values repeat across a node's functions (model, driver, root, rail...)."""
-    return DeviceAttribute.model_validate(value)
 
 
 def _attributes(
@@ -272,10 +288,6 @@ def _attributes(
     if fabric is not None:
         attrs["fabric"] = fabric
     return attrs
-
-
-def _typed(attrs: Mapping[str, Any]) -> dict[str, DeviceAttribute]:
-    return {k: _attribute(v) for k, v in attrs.items()}
 
 
 def _policy(default: int, lo: int, hi: int, step: int) -> RequestPolicy:
@@ -368,7 +380,7 @@ def build_devices(
         devices.append(
             Device(
                 name=nic.name,
-                attributes=_typed(_attributes(nic, nic.pf, "shared", rail, fabric)),
+                attributes=cache.typed(_attributes(nic, nic.pf, "shared", rail, fabric)),
                 capacity=capacity,
                 allow_multiple_allocations=True,
             )
@@ -384,12 +396,27 @@ def _plain_device(
     cache: DiscoveryCache, name: str, attrs: dict[str, Any], fn: NicFunction
 ) -> Device:
     """An exclusive device (a PF or a VF): its attributes and plain capacities."""
-    key = (*attrs.items(), fn.queues, fn.speed_mbps)
+    # the dict itself (of plain values: untracked by the garbage collector, so a 2,048-VF round
+    # does not allocate 40,000 tracked tuples), not its items
+    key = (attrs, fn.queues, fn.speed_mbps)
     return cache.device(
         name,
         key,
-        lambda: Device(name=name, attributes=_typed(attrs), capacity=_plain_capacity(fn)),
+        # validated part by part: every attribute and capacity is a validated model (cached by
+        # value), the name a str, the rest the template's defaults; ``Device(...)`` would run
+        # every attribute's validator again, which was most of a 2,048-VF node's first round
+        lambda: _EXCLUSIVE.model_copy(
+            update={
+                "name": name,
+                "attributes": cache.typed(attrs),
+                "capacity": _plain_capacity(fn),
+            }
+        ),
     )
+
+
+_EXCLUSIVE = Device(name="exclusive")
+"""A validated device with every field but name, attributes and capacity at its default."""
 
 
 def with_counter_sets(
@@ -415,12 +442,18 @@ def with_counter_sets(
     return out, sets
 
 
+@functools.lru_cache(maxsize=1024)
+def _capacity(value: int) -> DeviceCapacity:
+    """A plain capacity; the same few values repeat across a node's functions."""
+    return DeviceCapacity(value=str(value))
+
+
 def _plain_capacity(fn: NicFunction) -> dict[str, DeviceCapacity]:
     out: dict[str, DeviceCapacity] = {}
     if fn.queues:
-        out[QUEUES] = DeviceCapacity(value=str(fn.queues))
+        out[QUEUES] = _capacity(fn.queues)
     if fn.speed_mbps:
-        out[BANDWIDTH] = DeviceCapacity(value=str(fn.speed_mbps // 1000))
+        out[BANDWIDTH] = _capacity(fn.speed_mbps // 1000)
     return out
 
 

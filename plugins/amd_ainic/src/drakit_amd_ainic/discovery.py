@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from drakit.sysfs import PciFunction, read_pci_function
 
@@ -242,9 +243,11 @@ _PF_DEVICE = f"0x{ETH_PF:04x}".encode()
 _PF_VENDOR = f"0x{PENSANDO_VENDOR:04x}".encode()
 
 
-def _is_pf(bus: str, bdf: str) -> bool:
+def _is_pf(bus: str, bdf: str, device_ids: dict[str, bytes]) -> bool:
+    """Whether ``bdf`` is an AINIC PF; the ``device`` bytes read go into ``device_ids``."""
     d = f"{bus}/{bdf}/"
-    return _small(d + "device") == _PF_DEVICE and _small(d + "vendor") == _PF_VENDOR
+    device = device_ids[bdf] = _small(d + "device")
+    return device == _PF_DEVICE and _small(d + "vendor") == _PF_VENDOR
 
 
 def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic]:
@@ -252,42 +255,45 @@ def read_ainics(root: str | Path, cache: SysfsCache | None = None) -> list[Ainic
 
     VF details are read on demand (:func:`read_vfs`): a PF whose VFs are a pool (``shared``) or
     not published needs only their count, and a node may have thousands. With ``cache``, a
-    function already seen (same link inode) is not read again to learn whether it is a PF.
+    function already seen (same link inode) is not read again to learn whether it is a PF, and
+    a PF's identity and place are not resolved again.
     """
-    sys_root = Path(root) / "sys"
-    bus = sys_root / "bus" / "pci" / "devices"
+    bus = Path(root) / "sys" / "bus" / "pci" / "devices"
     try:
         with os.scandir(bus) as it:
             entries = sorted((e.name, e.inode()) for e in it)
     except OSError:
         return []
-    known = cache.is_pf if cache is not None else {}
+    store = cache if cache is not None else SysfsCache()
+    known = store.is_pf
     seen: dict[str, tuple[int, bool]] = {}
+    device_ids: dict[str, bytes] = {}
     out: list[Ainic] = []
     for bdf, ino in entries:
         if not _BDF.match(bdf):
             continue
         hit = known.get(bdf)
-        is_pf = hit[1] if hit is not None and hit[0] == ino else _is_pf(str(bus), bdf)
+        is_pf = hit[1] if hit is not None and hit[0] == ino else _is_pf(str(bus), bdf, device_ids)
         seen[bdf] = (ino, is_pf)
         if not is_pf:
             continue
-        pf = read_pci_function(root, bdf)
-        if pf is None or pf.physfn is not None:
+        got = _pf(root, bdf, ino, store)
+        if got is None:
             continue
-        nf = read_function(sys_root, pf)
-        sub = _int(_read(nf.dir / "subsystem_device"))
+        nf, model = got
         out.append(
             Ainic(
                 index=len(out),
                 pf=nf,
                 vf_addresses=_vf_indices(nf.dir, cache),
-                total_vfs=pf.sriov_totalvfs or 0,
-                model=_MODELS.get(sub or 0, "DSC Ethernet Controller"),
+                total_vfs=nf.pci.sriov_totalvfs or 0,
+                model=model,
             )
         )
-    if cache is not None:
-        cache.is_pf = seen
+    store.is_pf = seen
+    store.device_ids = device_ids
+    for gone in [b for b in store.pfs if b not in seen]:
+        del store.pfs[gone]
     return out
 
 
@@ -304,8 +310,7 @@ def read_vf(root: str | Path, nic: Ainic, index: int, bdf: str) -> NicFunction |
     return read_function(Path(root) / "sys", fn, index)
 
 
-@dataclass(frozen=True, slots=True)
-class _Fixed:
+class _Fixed(NamedTuple):  # a tuple: made per function per round, cheap to build
     """What a VF's sysfs directory fixes for its life: its PCI identity and place."""
 
     vendor: int
@@ -313,10 +318,10 @@ class _Fixed:
     class_code: int
     numa_node: int | None
     chain: tuple[str, ...]
+    dir: Path
 
 
-@dataclass(frozen=True, slots=True)
-class _Rdma:
+class _Rdma(NamedTuple):  # a tuple: made per function per round, cheap to build
     """An RDMA device of one VF directory and what rediscovery need not read again."""
 
     ino: int
@@ -329,11 +334,12 @@ class SysfsCache:
 
     Keyed by BDF and an inode (``d_ino`` from one ``scandir`` per directory, no ``stat``): a
     function removed and created again is a new entry and is read afresh. Kept per VF
-    directory: vendor, device, class, NUMA node, PCI chain, that it is this PF's VF; and, per
-    RDMA device directory (``infiniband/<name>``, by inode: a rebound RDMA driver makes a new
-    one), its uverbs node and firmware version.
-    Kept per ``bus/pci/devices`` link: whether it is an AINIC PF; per PF, the targets of its
-    ``virtfn<i>`` links while their inodes are unchanged. Read every round: the bound
+    directory: vendor, device, class, NUMA node, PCI chain and path, that it is this PF's VF;
+    and, per RDMA device directory (``infiniband/<name>``, by inode: a rebound RDMA driver
+    makes a new one), its uverbs node and firmware version.
+    Kept per ``bus/pci/devices`` link: whether it is an AINIC PF; per PF, its PCI identity
+    and resolved directory (read the long way once), and the targets of its ``virtfn<i>``
+    links while their inodes are unchanged. Read every round: the bound
     driver, the netdev and RDMA device names, MAC, MTU, link speed and queue count. Not
     thread-safe: discovery rounds are serial.
     """
@@ -345,6 +351,13 @@ class SysfsCache:
         """BDF -> (inode of its ``bus/pci/devices`` link, whether it is an AINIC PF)."""
         self.virtfns: dict[str, tuple[tuple[tuple[str, int], ...], dict[int, str]]] = {}
         """PF directory -> (its ``virtfn<i>`` links with their inodes, VF index -> BDF)."""
+        self.pfs: dict[str, tuple[int, PciFunction, Path, str]] = {}
+        """PF BDF -> (inode of its link, its PCI identity read the long way, its resolved
+        directory, its model)."""
+        self._members: dict[str, dict[str, list[str]]] = {}
+        self.device_ids: dict[str, bytes] = {}
+        """BDF -> its ``device`` file as :func:`read_ainics` read it this round (functions seen
+        for the first time), so a new VF's is not read twice; emptied when the round ends."""
 
     def fixed(self, bdf: str, ino: int) -> _Fixed | None:
         """The facts read when this directory was first seen."""
@@ -364,11 +377,20 @@ class SysfsCache:
         """Remember ``rdma``."""
         self._rdma[(bdf, ino, name)] = rdma
 
+    def members(self, sys_root: str, cls: str) -> dict[str, list[str]]:
+        """:func:`_class_members` of this round (read once per round, on first use)."""
+        got = self._members.get(cls)
+        if got is None:
+            got = self._members[cls] = _class_members(sys_root, cls)
+        return got
+
     def prune(self, live: set[str]) -> None:
         """Forget VFs that are gone or were not read this round (their BDF not in ``live``)."""
+        self.device_ids = {}
+        self._members = {}
         for bdf in [b for b in self._fixed if b not in live]:
             del self._fixed[bdf]
-        for key in [k for k in self._rdma if k[0] not in live]:
+        for key in [k for k in self._rdma if k[0] not in live and k[0] not in self.pfs]:
             del self._rdma[key]
 
 
@@ -400,12 +422,135 @@ def _num(path: str, base: int = 10) -> int | None:
         return None
 
 
-def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> NicFunction | None:
+def _hex(raw: bytes) -> int | None:
+    try:
+        return int(raw, 16) if raw else None
+    except ValueError:
+        return None
+
+
+class _Live(NamedTuple):  # a tuple: made per function per round, cheap to build
+    """What every round reads again about one function (it can change while the entry lives)."""
+
+    driver: str | None
+    netdevs: tuple[str, ...]
+    rdma_devices: tuple[str, ...]
+    mac: str | None
+    mtu: int | None
+    speed_mbps: int | None
+    queues: int
+    uverbs: str | None
+    fw_version: str | None
+
+
+def _live(
+    d: str,
+    bdf: str,
+    ino: int,
+    cache: SysfsCache,
+    named: tuple[list[str], list[str]] | None = None,
+) -> _Live:
+    """The bound driver, netdev, RDMA device and netdev values of the function at ``d``.
+
+    Runs for every function of a node every round: reads inline, no helper per file. An RDMA
+    device's uverbs node and firmware are read once per directory (:class:`SysfsCache`).
+    ``named``: the netdevs and RDMA devices ``class/`` links put under this function (see
+    :func:`_class_members`), checked to be there instead of listing ``net/`` and
+    ``infiniband/``.
+    """
+    try:
+        driver: str | None = os.readlink(f"{d}/driver").rpartition("/")[2]
+    except OSError:
+        driver = None
+    if named is None:
+        nets = _listdir(f"{d}/net")
+        ib = _inodes(f"{d}/infiniband")
+    else:  # a link left behind by a device gone from the function is not its device
+        nets = [n for n in named[0] if os.path.isdir(f"{d}/net/{n}")]
+        ib = {}
+        for name in named[1]:
+            try:
+                ib[name] = os.stat(f"{d}/infiniband/{name}").st_ino
+            except OSError:
+                continue
+    if len(nets) > 1:
+        nets.sort()
+    rdmas = tuple(sorted(ib)) if len(ib) > 1 else tuple(ib)
+    mac = mtu = speed = None
+    queues = 0
+    if nets:
+        net = f"{d}/net/{nets[0]}/"
+        raw = _small(net + "address")
+        mac = raw.decode("ascii", "replace") if raw else None
+        raw = _small(net + "mtu")
+        mtu = int(raw) if raw.isdigit() else None
+        raw = _small(net + "speed")
+        speed = int(raw) if raw.isdigit() and int(raw) > 0 else None
+        queues = len([q for q in _listdir(net + "queues") if q[:3] == "rx-"])
+    uverbs = fw = None
+    if rdmas:
+        rdma = rdmas[0]
+        known = cache.rdma(bdf, ino, rdma, ib[rdma])
+        if known is None:
+            verbs = sorted(_listdir(f"{d}/infiniband_verbs"))
+            found = next(
+                (u for u in verbs if _text(f"{d}/infiniband_verbs/{u}/ibdev") == rdma), None
+            )
+            known = _Rdma(ib[rdma], found, _text(f"{d}/infiniband/{rdma}/fw_ver"))
+            cache.keep_rdma(bdf, ino, rdma, known)
+        uverbs, fw = known.uverbs, known.fw_version
+    return _Live(driver, tuple(nets), rdmas, mac, mtu, speed, queues, uverbs, fw)
+
+
+def _function_of(pci: PciFunction, d: Path, live: _Live, vf_index: int | None) -> NicFunction:
+    return NicFunction(
+        pci=pci,
+        dir=d,
+        ifname=live.netdevs[0] if live.netdevs else None,
+        mac=live.mac,
+        mtu=live.mtu,
+        speed_mbps=live.speed_mbps,
+        queues=live.queues,
+        rdma_device=live.rdma_devices[0] if live.rdma_devices else None,
+        uverbs=live.uverbs,
+        fw_version=live.fw_version,
+        vf_index=vf_index,
+    )
+
+
+def _class_members(sys_root: str, cls: str) -> dict[str, list[str]]:
+    """BDF -> the devices whose ``class/<cls>/<name>`` link points under that function.
+
+    One listing and one ``readlink`` per netdev (``net``) or RDMA device (``infiniband``) of
+    the node, instead of listing that directory of every VF (five system calls each); a link
+    is ``../../devices/<chain>/<BDF>/<cls>/<name>``.
+    """
+    out: dict[str, list[str]] = {}
+    where = f"{sys_root}/class/{cls}"
+    for name in _listdir(where):
+        try:
+            _, bdf, kind, last = os.readlink(f"{where}/{name}").rsplit("/", 3)
+        except (OSError, ValueError):
+            continue
+        if kind == cls and last == name:
+            out.setdefault(bdf, []).append(name)
+    return out
+
+
+def _fast_vf(
+    nic: Ainic,
+    index: int,
+    bdf: str,
+    d: str,
+    ino: int,
+    cache: SysfsCache,
+    netdevs: Mapping[str, list[str]],
+    rdmas: Mapping[str, list[str]],
+) -> NicFunction | None:
     """One VF whose directory ``d`` is a sibling of its PF's (where the kernel puts VFs).
 
     ``None`` when it is not this PF's VF (its ``physfn`` names another) or not a PCI device.
     """
-    bdf = os.path.basename(d)
     fixed = cache.fixed(bdf, ino)
     if fixed is None:
         try:
@@ -413,7 +558,9 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
                 return None
         except OSError:
             return None
-        vendor, device = _num(f"{d}/vendor", 16), _num(f"{d}/device", 16)
+        raw = cache.device_ids.get(bdf)  # read moments ago, this round, by read_ainics
+        vendor = _num(f"{d}/vendor", 16)
+        device = _hex(raw) if raw is not None else _num(f"{d}/device", 16)
         klass = _num(f"{d}/class", 16)
         if vendor is None or device is None or klass is None:
             return None
@@ -424,15 +571,10 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
             class_code=klass,
             numa_node=numa if numa is not None and numa >= 0 else None,
             chain=(*nic.pf.pci.chain[:-1], bdf),
+            dir=nic.pf.dir.with_name(bdf),
         )
         cache.keep(bdf, ino, fixed)
-    try:
-        driver: str | None = os.path.basename(os.readlink(f"{d}/driver"))
-    except OSError:
-        driver = None
-    netdevs = tuple(sorted(_listdir(f"{d}/net")))
-    ib = _inodes(f"{d}/infiniband")
-    rdmas = tuple(sorted(ib))
+    live = _live(d, bdf, ino, cache, (netdevs.get(bdf, []), rdmas.get(bdf, [])))
     pci = PciFunction(
         bdf=bdf,
         vendor=fixed.vendor,
@@ -440,46 +582,46 @@ def _fast_vf(nic: Ainic, index: int, d: str, ino: int, cache: SysfsCache) -> Nic
         class_code=fixed.class_code,
         numa_node=fixed.numa_node,
         chain=fixed.chain,
-        driver=driver,
+        driver=live.driver,
         physfn=nic.pf.bdf,
-        netdevs=netdevs,
-        rdma_devices=rdmas,
+        netdevs=live.netdevs,
+        rdma_devices=live.rdma_devices,
     )
-    ifname = netdevs[0] if netdevs else None
-    mac = mtu = speed = None
-    queues = 0
-    if ifname:
-        net = f"{d}/net/{ifname}"
-        mac = _text(f"{net}/address")
-        mtu = _num(f"{net}/mtu")
-        s = _num(f"{net}/speed")
-        speed = s if s is not None and s > 0 else None
-        queues = sum(1 for q in _listdir(f"{net}/queues") if q.startswith("rx-"))
-    rdma = rdmas[0] if rdmas else None
-    uverbs = fw = None
-    if rdma:
-        known = cache.rdma(bdf, ino, rdma, ib[rdma])
-        if known is None:
-            verbs = sorted(_listdir(f"{d}/infiniband_verbs"))
-            found = next(
-                (u for u in verbs if _text(f"{d}/infiniband_verbs/{u}/ibdev") == rdma), None
-            )
-            known = _Rdma(ib[rdma], found, _text(f"{d}/infiniband/{rdma}/fw_ver"))
-            cache.keep_rdma(bdf, ino, rdma, known)
-        uverbs, fw = known.uverbs, known.fw_version
-    return NicFunction(
-        pci=pci,
-        dir=nic.pf.dir.with_name(bdf),
-        ifname=ifname,
-        mac=mac,
-        mtu=mtu,
-        speed_mbps=speed,
-        queues=queues,
-        rdma_device=rdma,
-        uverbs=uverbs,
-        fw_version=fw,
-        vf_index=index,
+    return _function_of(pci, fixed.dir, live, index)
+
+
+def _pf(root: str | Path, bdf: str, ino: int, cache: SysfsCache) -> tuple[NicFunction, str] | None:
+    """The PF at ``bdf`` (``None``: not a PF) and its model.
+
+    The first time its ``bus/pci/devices`` link is seen (by inode), the long way
+    (:func:`drakit.sysfs.read_pci_function`, path resolution); what cannot change while the
+    entry lives is kept, and every round reads the rest like a VF's.
+    """
+    hit = cache.pfs.get(bdf)
+    if hit is None or hit[0] != ino:
+        pci = read_pci_function(root, bdf)
+        if pci is None or pci.physfn is not None:
+            return None
+        d = Path(os.path.realpath(Path(root) / "sys" / "bus" / "pci" / "devices" / bdf))
+        sub = _int(_read(d / "subsystem_device"))
+        hit = (ino, pci, d, _MODELS.get(sub or 0, "DSC Ethernet Controller"))
+        cache.pfs[bdf] = hit
+    _, fixed, d, model = hit
+    live = _live(str(d), bdf, ino, cache)
+    pci = PciFunction(
+        bdf=bdf,
+        vendor=fixed.vendor,
+        device=fixed.device,
+        class_code=fixed.class_code,
+        numa_node=fixed.numa_node,
+        chain=fixed.chain,
+        driver=live.driver,
+        sriov_totalvfs=fixed.sriov_totalvfs,
+        sriov_numvfs=_num(f"{d}/sriov_numvfs"),
+        netdevs=live.netdevs,
+        rdma_devices=live.rdma_devices,
     )
+    return _function_of(pci, d, live, None), model
 
 
 def read_vfs(
@@ -500,10 +642,16 @@ def read_vfs(
             inodes = {e.name: e.inode() for e in it if e.name in wanted}
     except OSError:
         inodes = {}
+    netdevs = cache.members(f"{root}/sys", "net") if inodes else {}
+    rdmas = cache.members(f"{root}/sys", "infiniband") if inodes else {}
     out = []
     for i, bdf in addresses.items():
         ino = inodes.get(bdf)
-        fn = _fast_vf(nic, i, f"{parent}/{bdf}", ino, cache) if ino is not None else None
+        fn = (
+            _fast_vf(nic, i, bdf, f"{parent}/{bdf}", ino, cache, netdevs, rdmas)
+            if ino is not None
+            else None
+        )
         if fn is None:
             fn = read_vf(root, nic, i, bdf)
         if fn is not None:

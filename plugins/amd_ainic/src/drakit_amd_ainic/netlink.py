@@ -47,8 +47,8 @@ class VfSettings(BaseModel):
     max_tx_rate_mbps: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The set fields."""
-        return self.model_dump(exclude_none=True)
+        """The set fields (all plain values, so no serializer: it runs on every shared prepare)."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 RESET = VfSettings(mac="00:00:00:00:00:00", vlan=0, trust=False, spoofchk=True, max_tx_rate_mbps=0)
@@ -73,22 +73,23 @@ class TreeNetlink:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._dir = str(root / TREE_DIR)
         self._lock = threading.Lock()
         self._dir_ready = False
         self._records: dict[str, dict[str, dict[str, Any]]] = {}
 
     def set_vf(self, pf_ifname: str, pf_bdf: str, vf: int, settings: VfSettings) -> None:
         """Merge ``settings`` into the PF's record for ``vf`` (atomic rewrite)."""
-        d = self.root / TREE_DIR
+        d = self._dir
         with self._lock:
             if not self._dir_ready:
-                d.mkdir(parents=True, exist_ok=True)
+                os.makedirs(d, exist_ok=True)
                 self._dir_ready = True
-            path = d / f"{pf_bdf}.json"
+            path = f"{d}/{pf_bdf}.json"
             data = self._records.get(pf_bdf)
             if data is None:  # first write to this PF by this process: start from the file
                 try:
-                    data = json.loads(path.read_bytes())
+                    data = json.loads(Path(path).read_bytes())
                 except FileNotFoundError:
                     data = {}
                 self._records[pf_bdf] = data
@@ -120,10 +121,9 @@ class TreeNetlink:
                     os.rmdir(f"{q}/{entry}")
                 except OSError:
                     shutil.rmtree(f"{q}/{entry}")  # a queue directory with attribute files
-        for i in range(count):
-            for kind in ("rx", "tx"):
-                if f"{kind}-{i}" not in have:
-                    os.mkdir(f"{q}/{kind}-{i}")
+        for name in (f"{kind}-{i}" for i in range(count) for kind in ("rx", "tx")):
+            if name not in have:
+                os.mkdir(f"{q}/{name}")
 
 
 def _write(path: Path, text: str) -> None:

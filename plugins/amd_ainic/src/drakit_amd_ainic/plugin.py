@@ -79,7 +79,8 @@ class AmdAinicPlugin:
         )
         self._view = _View(published=published)
         if not self.ctx.shares_driver:
-            return DeviceInventory(devices=tuple(devices))
+            # validated devices (thousands on a VF node): no second pass over each
+            return DeviceInventory.model_construct(devices=tuple(devices))
         devices, sets = with_counter_sets(devices, published)
         return DeviceInventory(devices=tuple(devices), counter_sets=tuple(sets))
 

@@ -16,7 +16,9 @@ ledger (an unprepare with nothing on record, after a kill mid-prepare, still loo
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -50,21 +52,39 @@ Select = Callable[[str, SelectionRequest], SelectionResult]
 
 def env_prefix(device: str, share_id: str | None = None) -> str:
     """``DRAKIT_AINIC_<DEVICE>[_<SHARE>]_`` (upper case, ``-`` -> ``_``, share hex digits)."""
-    name = ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", device.upper())
+    name = _env_device(device)
     if share_id:
-        name += "_" + re.sub(r"[^A-Z0-9]", "", share_id.upper())
+        share = share_id.upper()
+        if not (share.isascii() and share.isalnum()):
+            share = _NOT_ENV.sub("", share)
+        name += "_" + share
     return name + "_"
+
+
+_NOT_ENV = re.compile(r"[^A-Z0-9]")
+
+
+@functools.lru_cache(maxsize=1024)
+def _env_device(device: str) -> str:
+    return ENV_PREFIX + _NOT_ENV.sub("_", device.upper())
 
 
 def _int_file(path: str) -> int | None:
     try:
-        with open(path, "rb") as f:
-            return int(f.read(32))
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return int(os.read(fd, 32))
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def _whole(q: str, where: str, what: str) -> int:
+    if q.isdigit() and q.isascii() and int(q) > 0:  # what the scheduler writes ("4")
+        return int(q)
     try:
         value = Decimal(q.removesuffix("m")) / (1000 if q.endswith("m") else 1)
     except InvalidOperation:
@@ -311,7 +331,7 @@ class Preparer:
             "function": fn.bdf,
         }
         vf_cfg: dict[str, Any] = plan.cfg.get("vf", {})
-        netdev = fn.dir / "net" / fn.ifname if fn.ifname else None
+        netdev = Path(f"{fn.dir}/net/{fn.ifname}") if fn.ifname else None
         if fn.vf_index is not None:
             pf_if = pub.nic.pf.ifname
             if pf_if is None:
