@@ -15,6 +15,7 @@ leave the ResourceSlices for the successor (a rolling update adopts them).
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import signal
@@ -89,6 +90,7 @@ class Node:
         self._stack = ExitStack()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._daemon = False  # set by run(): this node is the process's entry point
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -110,6 +112,14 @@ class Node:
         self.host.on_plugin_error = self._plugin_error
         self._inventory = Inventory(self.host)
         node_name = self.host.node.name
+        if self._daemon:
+            # Imports and plugin loading made most of the objects this process will hold:
+            # collect once here and move the survivors to the permanent generation, so the
+            # first discovery round does not pay the pending full collection and no later one
+            # traverses them again. Only as the process's entry point (run): in a host
+            # process (tests, embedding) freezing would keep its cyclic garbage forever.
+            gc.collect()
+            gc.freeze()
         self.refresh()
         if self.claims is None:
             raise PermanentError(
@@ -235,6 +245,7 @@ class Node:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        self._daemon = True
         self.start()
         done.wait()
         self.stop()
