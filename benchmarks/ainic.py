@@ -222,10 +222,12 @@ def _cold_child(root: str, state_dir: str) -> None:
         DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": state_dir}}),
         NodeInfo(name="bench-16x128", sysfs_root=root),
     )
-    # The first full collection of a fresh interpreter (armed by the imports: it traverses the
-    # ~76,000 objects they made) belongs to start-up; left pending it lands in whatever runs
-    # next. The collections the round's own allocations trigger still fall inside the round.
+    # What `drakit node` does before its first round (drakit.node.Node._start): the first full
+    # collection of a fresh interpreter (armed by the imports: it traverses the ~76,000 objects
+    # they made) and freezing what survives it. The collections the round's own allocations
+    # trigger still fall inside the round.
     gc.collect()
+    gc.freeze()
     start = time.perf_counter()
     calibration_workload()
     mid = time.perf_counter()

@@ -1,7 +1,8 @@
 """NodePrepareResources latency and throughput through the real kubelet sockets.
 
 A :class:`drakit.node.Node` runs in this process on the simulated ``h200-8gpu-8ainic`` profile
-with all four backends and ``serve_kubelet=True``; it is driven over gRPC on its Unix sockets by
+with the ``cpu``, ``nvidia_gpu`` and ``amd_ainic`` backends (each under its own driver) and
+``serve_kubelet=True``; it is driven over gRPC on its Unix sockets by
 :class:`drakit.kubelet.client.KubeletClient`, exactly as the kubelet drives it. Each prepare
 includes the pipeline's GET of the ResourceClaim from the :class:`~benchmarks.claims.ClaimStore`
 (a dict, or the real API server with ``--cluster``), the checkpoint writes and the CDI spec; each
@@ -73,6 +74,10 @@ def running_node(claims: ClaimSource) -> Iterator[NodeHarness]:
         (root / "kubelet" / "plugins_registry").mkdir(parents=True)
         settings = DrakitSettings(
             profile=PROFILE,
+            # The backends whose claims are measured, each under its own driver as in the
+            # baselines' runs: with the composite enabled its members share its driver (one
+            # socket, one lock), which measures composition, not the prepare path.
+            plugins={"cpu": {}, "nvidia_gpu": {}, "amd_ainic": {}},
             node_name=NODE,
             kubelet_dir=root / "kubelet",
             cdi_dir=root / "cdi",
