@@ -247,7 +247,10 @@ class KubeletPluginServer:
         health_timeout_seconds: ``health_check_timeout_seconds`` reported per device; 0 keeps
             the kubelet's default.
         serialize: Run at most one prepare/unprepare at a time (see :class:`NodeService`).
-        max_workers: gRPC worker threads for the DRA socket (health streams hold one each).
+        max_workers: gRPC worker threads for the DRA socket (health streams hold one each). The
+            default, 4, leaves 2 for calls beside 2 health streams: the GIL runs one thread at
+            a time, so more workers only overlap claim GETs, and with 16 claims in flight 8
+            workers cost 10-16 % more CPU per claim than 4 (benchmarks/README.md).
         serve_v1beta1: Also serve and advertise DRAPlugin v1beta1 (for kubelets before 1.34).
     """
 
@@ -262,7 +265,7 @@ class KubeletPluginServer:
         health_interval: float = DEFAULT_HEALTH_INTERVAL,
         health_timeout_seconds: int = 0,
         serialize: bool = True,
-        max_workers: int = 8,
+        max_workers: int = 4,
         serve_v1beta1: bool = True,
     ) -> None:
         self._driver = driver_name
