@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,15 @@ import pytest
 from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
 from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, kubelet_flags
 from tests.e2e.test_composite_pairs import (
+    Running,
     _allocated,
     _bound,
+    _post_claim_and_pod,
     _release,
     _uid,
     _wait_bound,
     _wait_pending,
+    _wait_published,
 )
 
 from drakit.config import DrakitSettings
@@ -55,13 +57,6 @@ PLUGINS: dict[str, Any] = {
     },
 }
 NUMA = 'device.attributes["resource.kubernetes.io"].numaNode == {}'
-
-
-@dataclass
-class Running:
-    name: str
-    classes: dict[str, str]
-    dirs: NodeDirs
 
 
 @pytest.fixture(scope="module")
@@ -91,26 +86,13 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
     try:
         with proc:
             proc.wait_ready(timeout=90)
-            _wait_published(cp, name, 10)
+            _wait_published(cp, name, 10, DRIVER)
             yield Running(name, classes, dirs)
     finally:
         cp.delete_node(name)
         for own in classes.values():
             cp.api("DELETE", f"{RESOURCE}/deviceclasses/{own}")
         dirs.remove()
-
-
-def _wait_published(cp: ControlPlane, node: str, count: int) -> None:
-    def devices() -> int | None:
-        items = cp.api("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node}")
-        n = sum(
-            len(s["spec"].get("devices") or [])
-            for s in items["items"]
-            if s["spec"]["driver"] == DRIVER
-        )
-        return n if n == count else None
-
-    wait_for(devices, timeout=90, what=f"{count} devices of {DRIVER} published")
 
 
 def _claim_and_pod(
@@ -122,32 +104,7 @@ def _claim_and_pod(
     }
     if cpus:
         exactly["capacity"] = {"requests": {"cpu": str(cpus)}}
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {"devices": {"requests": [{"name": "r", "exactly": exactly}]}},
-        },
-    )
-    cp.api(
-        "POST",
-        f"/api/v1/namespaces/{ns}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "containers": [
-                    {"name": "c", "image": "x.invalid/x", "resources": {"claims": [{"name": "r"}]}}
-                ],
-                "resourceClaims": [{"name": "r", "resourceClaimName": name}],
-            },
-        },
-    )
+    _post_claim_and_pod(cp, ns, name, node.name, exactly)
 
 
 def test_one_share_keeps_the_other_shares_allocatable_and_lone_cpus_out(

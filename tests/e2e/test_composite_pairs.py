@@ -112,17 +112,17 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
         dirs.remove()
 
 
-def _wait_published(cp: ControlPlane, node: str, count: int) -> None:
+def _wait_published(cp: ControlPlane, node: str, count: int, driver: str = DRIVER) -> None:
     def devices() -> int | None:
         items = cp.api("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node}")
         n = sum(
             len(s["spec"].get("devices") or [])
             for s in items["items"]
-            if s["spec"]["driver"] == DRIVER
+            if s["spec"]["driver"] == driver
         )
         return n if n == count else None
 
-    wait_for(devices, timeout=90, what=f"{count} devices of {DRIVER} published")
+    wait_for(devices, timeout=90, what=f"{count} devices of {driver} published")
 
 
 def _claim_and_pod(
@@ -131,6 +131,13 @@ def _claim_and_pod(
     exactly: dict[str, Any] = {"deviceClassName": node.classes[cls]}
     if cel:
         exactly["selectors"] = [{"cel": {"expression": cel}}]
+    _post_claim_and_pod(cp, ns, name, node.name, exactly)
+
+
+def _post_claim_and_pod(
+    cp: ControlPlane, ns: str, name: str, node: str, exactly: dict[str, Any]
+) -> None:
+    """A claim of one ``exactly`` request and a pod on ``node`` that uses it (same name)."""
     cp.api(
         "POST",
         f"{RESOURCE}/namespaces/{ns}/resourceclaims",
@@ -149,7 +156,7 @@ def _claim_and_pod(
             "kind": "Pod",
             "metadata": {"name": name},
             "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "nodeSelector": {"kubernetes.io/hostname": node},
                 "containers": [
                     {"name": "c", "image": "x.invalid/x", "resources": {"claims": [{"name": "r"}]}}
                 ],
