@@ -15,12 +15,12 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -57,6 +57,8 @@ __all__ = [
     "open_host",
     "run_node",
 ]
+
+_R = TypeVar("_R", ClaimPrepareResult, ClaimUnprepareResult)
 
 CLAIM_NAMESPACE = "default"
 """The namespace :func:`allocated_claim` puts claims in unless told otherwise."""
@@ -422,20 +424,18 @@ class KubeletSide:
             )
         return KubeletClient(socket, timeout=self.timeout)
 
-    def prepare(self, claim: Mapping[str, Any]) -> PrepareOutcome:
-        """NodePrepareResources for ``claim`` on every driver its allocation names.
-
-        The claim must be in the node's claim source (``RunningNode.claims.add``), as it must
-        be in the API server for a real node.
-        """
-        ref = _ref(claim)
-        drivers = self._drivers(claim)
-        devices: list[PreparedDeviceRef] = []
+    def _on_each(
+        self,
+        ref: ClaimRef,
+        drivers: Sequence[str],
+        call: Callable[[str, Sequence[ClaimRef]], Mapping[str, _R]],
+    ) -> tuple[list[_R], list[str]]:
+        """``call`` for ``ref`` on every driver: the successful results, and each error named."""
+        results: list[_R] = []
         errors: list[str] = []
         for driver in drivers:
             try:
-                with self._client(driver) as client:
-                    res = client.prepare([ref]).get(ref.uid)
+                res = call(driver, [ref]).get(ref.uid)
             except PermanentError as e:
                 errors.append(f"{driver}: {e}")
                 continue
@@ -444,7 +444,18 @@ class KubeletSide:
             elif res.error:
                 errors.append(f"{driver}: {res.error}")
             else:
-                devices.extend(res.devices)
+                results.append(res)
+        return results, errors
+
+    def prepare(self, claim: Mapping[str, Any]) -> PrepareOutcome:
+        """NodePrepareResources for ``claim`` on every driver its allocation names.
+
+        The claim must be in the node's claim source (``RunningNode.claims.add``), as it must
+        be in the API server for a real node.
+        """
+        ref, drivers = _ref(claim), self._drivers(claim)
+        results, errors = self._on_each(ref, drivers, self.prepare_batch)
+        devices = [d for res in results for d in res.devices]
         return PrepareOutcome(
             claim_uid=ref.uid,
             drivers=tuple(drivers),
@@ -481,18 +492,7 @@ class KubeletSide:
         Drivers are those the claim's allocation names (every served driver if it has none).
         """
         ref = _ref(claim)
-        errors: list[str] = []
-        for driver in self._drivers(claim):
-            try:
-                with self._client(driver) as client:
-                    res = client.unprepare([ref]).get(ref.uid)
-            except PermanentError as e:
-                errors.append(f"{driver}: {e}")
-                continue
-            if res is None:
-                errors.append(f"{driver}: no result for claim {ref.uid}")
-            elif res.error:
-                errors.append(f"{driver}: {res.error}")
+        _, errors = self._on_each(ref, self._drivers(claim), self.unprepare_batch)
         return "; ".join(errors) or None
 
 
