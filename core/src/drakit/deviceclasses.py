@@ -31,6 +31,7 @@ __all__ = [
     "DeviceClassSpec",
     "default_class_name",
     "render_device_classes",
+    "shared_driver_class",
     "type_selector",
 ]
 
@@ -121,6 +122,22 @@ def type_selector(driver: str, types: Sequence[str]) -> str:
 def default_class_name(plugin: str) -> str:
     """The class a backend gets unless it publishes its own: ``nvidia_gpu`` -> ``nvidia-gpu``."""
     return plugin.replace("_", "-").lower()
+
+
+def shared_driver_class(
+    plugin: str, driver: str, types: Sequence[str], *, shares_driver: bool
+) -> list[DeviceClassSpec] | None:
+    """A backend's ``drakit_device_classes`` answer for its default class.
+
+    ``None`` (core's default class: every device of the driver) unless the driver is shared
+    (``PluginContext.shares_driver``, a composite's member); then the default class narrowed to
+    the backend's devices by their ``type`` (:func:`type_selector`).
+    """
+    if not shares_driver:
+        return None
+    return [
+        DeviceClassSpec(name=default_class_name(plugin), selectors=(type_selector(driver, types),))
+    ]
 
 
 def render_device_classes(

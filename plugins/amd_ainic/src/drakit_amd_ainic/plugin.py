@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
-from drakit.deviceclasses import DeviceClassSpec, default_class_name, type_selector
+from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
 from drakit.errors import RetryableError
 from drakit.hookspecs import hookimpl
 from drakit.models import ClaimInfo, DeviceHealth, DeviceInventory, NodeInfo, PreparedDevice
@@ -124,11 +124,6 @@ class AmdAinicPlugin:
     @hookimpl
     def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:
         """The default class; under a shared driver narrowed to PFs, VFs and shared NICs."""
-        if not self.ctx.shares_driver:
-            return None
-        return [
-            DeviceClassSpec(
-                name=default_class_name(self.ctx.name),
-                selectors=(type_selector(driver, ("pf", "vf", "shared")),),
-            )
-        ]
+        return shared_driver_class(
+            self.ctx.name, driver, ("pf", "vf", "shared"), shares_driver=self.ctx.shares_driver
+        )

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
-from drakit.deviceclasses import DeviceClassSpec, default_class_name, type_selector
+from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
 from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
@@ -163,11 +163,9 @@ class AmdGpuPlugin:
     @hookimpl
     def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:
         """The default class; under a shared driver narrowed to GPUs and partitions."""
-        if not self.ctx.shares_driver:
-            return None
-        return [
-            DeviceClassSpec(
-                name=default_class_name(self.ctx.name),
-                selectors=(type_selector(driver, ("amdgpu", "amdgpu-partition")),),
-            )
-        ]
+        return shared_driver_class(
+            self.ctx.name,
+            driver,
+            ("amdgpu", "amdgpu-partition"),
+            shares_driver=self.ctx.shares_driver,
+        )

@@ -38,7 +38,7 @@ from pydantic import (
 from drakit.config import PluginSettings, validation_errors
 from drakit.context import PluginContext
 from drakit.cpuset import CpuListError, format_cpulist, parse_cpulist
-from drakit.deviceclasses import DeviceClassSpec, default_class_name, type_selector
+from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
 from drakit.errors import ConfigInvalid, PermanentError, RetryableError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
@@ -593,14 +593,9 @@ class CpuPlugin:
     @hookimpl
     def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:
         """The default class; under a shared driver narrowed to CPU devices by ``type``."""
-        if not self.ctx.shares_driver:
-            return None
-        return [
-            DeviceClassSpec(
-                name=default_class_name(self.ctx.name),
-                selectors=(type_selector(driver, (GROUP_TYPE, CPU_TYPE)),),
-            )
-        ]
+        return shared_driver_class(
+            self.ctx.name, driver, (GROUP_TYPE, CPU_TYPE), shares_driver=self.ctx.shares_driver
+        )
 
     @hookimpl
     def drakit_select_resources(

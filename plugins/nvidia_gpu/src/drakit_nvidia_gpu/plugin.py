@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from drakit.config import PluginSettings, validation_errors
 from drakit.context import PluginContext
-from drakit.deviceclasses import DeviceClassSpec, default_class_name, type_selector
+from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
 from drakit.errors import ConfigInvalid, PermanentError, RetryableError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
@@ -265,11 +265,6 @@ class NvidiaGpuPlugin:
     @hookimpl
     def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:
         """The default class; under a shared driver narrowed to GPUs and MIG devices."""
-        if not self.ctx.shares_driver:
-            return None
-        return [
-            DeviceClassSpec(
-                name=default_class_name(self.ctx.name),
-                selectors=(type_selector(driver, ("gpu", "mig")),),
-            )
-        ]
+        return shared_driver_class(
+            self.ctx.name, driver, ("gpu", "mig"), shares_driver=self.ctx.shares_driver
+        )
