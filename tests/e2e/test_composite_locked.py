@@ -30,6 +30,7 @@ from tests.e2e.test_composite_pairs import (
     Running,
     _allocated,
     _bound,
+    _install_classes,
     _post_claim_and_pod,
     _release,
     _uid,
@@ -40,7 +41,6 @@ from tests.e2e.test_composite_pairs import (
 
 from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
-from drakit.deviceclasses import render_device_classes
 from drakit.runtime import open_host
 
 pytestmark = pytest.mark.e2e
@@ -65,15 +65,7 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
     name = f"locked-{uuid.uuid4().hex[:6]}"
     suffix = uuid.uuid4().hex[:6]
     dirs = NodeDirs.create("dk-locked-")
-    with open_host(DrakitSettings(profile=PROFILE, plugins=PLUGINS)) as host:
-        objects = render_device_classes(host.driver_names(), host.device_classes(), {})
-    classes: dict[str, str] = {}
-    for obj in objects:
-        own = f"{obj['metadata']['name']}-{suffix}"
-        classes[obj["metadata"]["name"]] = own
-        obj["metadata"]["name"] = own
-        obj["spec"].pop("extendedResourceName", None)  # one class per resource cluster-wide
-        cp.api("POST", f"{RESOURCE}/deviceclasses", obj)
+    classes = _install_classes(cp, PLUGINS, suffix)
     cp.create_node(name)
     proc = NodeProcess(
         kubeconfig=cp.kubeconfig,

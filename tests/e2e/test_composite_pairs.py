@@ -80,15 +80,7 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
     suffix = uuid.uuid4().hex[:6]
     dirs = NodeDirs.create("dk-pairs-")
     plugins = _plugins(str(dirs.state_dir / "ainic"))
-    with open_host(DrakitSettings(profile=PROFILE, plugins=plugins)) as host:
-        objects = render_device_classes(host.driver_names(), host.device_classes(), {})
-    classes: dict[str, str] = {}
-    for obj in objects:
-        own = f"{obj['metadata']['name']}-{suffix}"
-        classes[obj["metadata"]["name"]] = own
-        obj["metadata"]["name"] = own
-        obj["spec"].pop("extendedResourceName", None)  # one class per resource cluster-wide
-        cp.api("POST", f"{RESOURCE}/deviceclasses", obj)
+    classes = _install_classes(cp, plugins, suffix)
     cp.create_node(name)
     root = build_profile(PROFILE, dirs.root / "sim")
     proc = NodeProcess(
@@ -110,6 +102,24 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
         for own in classes.values():
             cp.api("DELETE", f"{RESOURCE}/deviceclasses/{own}")
         dirs.remove()
+
+
+def _install_classes(cp: ControlPlane, plugins: dict[str, Any], suffix: str) -> dict[str, str]:
+    """drakit's classes for ``plugins``, created under names of this module's own.
+
+    Returns drakit's class name -> the created copy's. Without extended resources: a cluster
+    has one class per extended resource.
+    """
+    with open_host(DrakitSettings(profile=PROFILE, plugins=plugins)) as host:
+        objects = render_device_classes(host.driver_names(), host.device_classes(), {})
+    classes: dict[str, str] = {}
+    for obj in objects:
+        own = f"{obj['metadata']['name']}-{suffix}"
+        classes[obj["metadata"]["name"]] = own
+        obj["metadata"]["name"] = own
+        obj["spec"].pop("extendedResourceName", None)
+        cp.api("POST", f"{RESOURCE}/deviceclasses", obj)
+    return classes
 
 
 def _wait_published(cp: ControlPlane, node: str, count: int, driver: str = DRIVER) -> None:
