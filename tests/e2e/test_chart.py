@@ -214,7 +214,8 @@ def release(control_plane: ControlPlane, helm: Helm) -> Iterator[Release]:
         "webhook": {
             "failurePolicy": "Ignore",
             "timeoutSeconds": 2,
-            "objectSelector": {"matchLabels": {"drakit-e2e-chart-webhook": suffix}},
+            # a letter first: a hex suffix like 387e36 or 123456 is a number to Helm's YAML
+            "objectSelector": {"matchLabels": {"drakit-e2e-chart-webhook": f"s-{suffix}"}},
         },
     }
     objects = helm.template(values, release=name, namespace=namespace)
@@ -668,7 +669,7 @@ def test_helm_install_upgrade_keeps_the_webhook_certificate(
             "webhook": {
                 "failurePolicy": "Ignore",
                 "timeoutSeconds": 2,
-                "objectSelector": {"matchLabels": {"drakit-e2e-chart-webhook": suffix}},
+                "objectSelector": {"matchLabels": {"drakit-e2e-chart-webhook": f"s-{suffix}"}},
             },
         },
         f"{name}.yaml",
