@@ -33,13 +33,14 @@ from drakit.errors import PermanentError
 from drakit.inventory import build_inventory
 from drakit.kubelet import KubeletPluginServer
 from drakit.kubelet.client import KubeletClient
-from drakit.models import ClaimRef
+from drakit.models import ClaimRef, ClaimUnprepareResult
 from drakit.pluginhost import PluginHost
 from drakit.runtime import open_host
 from drakit.state import DriverState
 
 GPU = "gpu.nvidia.drakit.io"
 CPU = "cpu.drakit.io"
+AINIC = "ainic.amd.drakit.io"
 NODE = "node-a"
 
 
@@ -302,13 +303,41 @@ def test_store_reads_the_file_once_and_writes_once_per_phase(
     reads, writes = state.store.reads, state.store.writes
     res = state.prepare(refs[1:])  # one call, three claims
     assert all(r.error == "" for r in res.values())
-    assert state.store.writes - writes == 2  # PrepareStarted, PrepareCompleted
+    assert state.store.writes - writes == 1  # PrepareCompleted: whole GPUs change nothing
     state.unprepare(refs)
-    assert state.store.writes - writes == 4  # UnprepareStarted, removed
+    assert state.store.writes - writes == 2  # the records removed, CDI specs first
     assert state.store.reads == reads  # nothing read back
     assert state.prepare(refs[:1])[refs[0].uid].error == ""
     assert state.prepare(refs[:1])[refs[0].uid].error == ""  # idempotent repeat: no write
-    assert state.store.writes - writes == 6
+    assert state.store.writes - writes == 3
+
+
+def nic(device: str) -> dict[str, Any]:
+    return {"request": "nic", "driver": AINIC, "pool": NODE, "device": device}
+
+
+def nic_config(**fields: Any) -> list[dict[str, Any]]:
+    params = {"apiVersion": "ainic.drakit.io/v1alpha1", "kind": "NicConfig", **fields}
+    return [{"source": "FromClaim", "opaque": {"driver": AINIC, "parameters": params}}]
+
+
+def test_a_prepare_that_changes_the_node_is_on_record_before_it_runs(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    state = make_state(host, claims, tmp_path, driver=AINIC)
+    plain = claim(claims, [nic("ainic-0")])
+    tuned = claim(claims, [nic("ainic-1")], config=nic_config(queues=2))  # sets the PF's queues
+    writes = state.store.writes
+    assert state.prepare([plain])[plain.uid].error == ""
+    assert state.store.writes - writes == 1  # a whole PF as it is: PrepareCompleted only
+    assert state.prepare([tuned])[tuned.uid].error == ""
+    assert state.store.writes - writes == 3  # PrepareStarted first, then PrepareCompleted
+    assert state.unprepare([plain, tuned]) == {
+        plain.uid: ClaimUnprepareResult(),
+        tuned.uid: ClaimUnprepareResult(),
+    }
+    assert state.store.writes - writes == 4
+    assert state.prepared_claims() == {}
 
 
 # --- 2. every bad input fails alone ------------------------------------------------------------

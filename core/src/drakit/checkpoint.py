@@ -2,11 +2,16 @@
 
 One JSON file per driver, versioned (``apiVersion``/``kind``), checksummed (SHA-256 over the
 canonical JSON of the claims) and written atomically (temp file in the same directory, fsync,
-rename, fsync of the directory). Each claim moves through two phases::
+rename, fsync of the directory). Each claim moves through::
 
-    PrepareStarted -> PrepareCompleted -> UnprepareStarted -> (removed)
+    [PrepareStarted ->] PrepareCompleted -> (removed)
 
-so a crash at any point leaves a record that the next kubelet call completes or rolls back.
+``PrepareStarted`` is written first only when a plugin's prepare may change the node, so that a
+crash mid-prepare leaves a record whose unprepare reaches it; ``UnprepareStarted`` is no longer
+written (the prepare pipeline removes a claim's CDI spec before undoing it, and a completed
+record without a spec is prepared afresh), but records in it, from older versions, are finished
+by the next call. A crash at any point leaves a state the next kubelet call completes or rolls
+back.
 The node's boot ID is recorded: after a reboot the CDI specs (on tmpfs) are gone, so every
 completed claim is demoted to ``PrepareStarted`` and re-prepared on the next call.
 

@@ -8,7 +8,10 @@ For each claim in a kubelet call (``docs/architecture.md``, "Prepare pipeline"):
 3. resolve opaque configuration (class entries first, then claim entries, in allocation order;
    later wins) and validate each object through the owning plugin (the webhook uses the same
    hook);
-4. record ``PrepareStarted`` in the checkpoint (one durable write for every claim of the call);
+4. record ``PrepareStarted`` in the checkpoint (one durable write for every claim of the call),
+   unless every owning plugin says its prepare changes nothing on the node
+   (``drakit_prepare_changes_node``): then a crash before step 7 leaves at most the CDI spec,
+   which a restart attributes to its devices and the next call replaces or removes;
 5. route each device to the plugin that discovered it (``drakit_prepare_devices``);
 6. write one CDI spec for the claim, atomically;
 7. record ``PrepareCompleted`` with what was returned (one durable write for the call), and
@@ -163,6 +166,8 @@ class _Planned:
     ref: ClaimRef
     devices: list[AllocatedDevice]
     owners: dict[str, list[AllocatedDevice]]
+    claims: dict[str, ClaimInfo]
+    """Per owning plugin: the claim with only that plugin's devices."""
     status: frozenset[str] = frozenset()
     """This driver's ``status.devices`` entries as the claim GET saw them (canonical JSON)."""
 
@@ -547,7 +552,13 @@ class DriverState:
             for e in (seen if isinstance(seen, list) else [])
             if isinstance(e, dict) and e.get("driver") == self.driver
         )
-        return _Planned(ref=ref, devices=devices, owners=owners, status=status)
+        claims = {
+            plugin: ClaimInfo(
+                namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs)
+            )
+            for plugin, devs in owners.items()
+        }
+        return _Planned(ref=ref, devices=devices, owners=owners, claims=claims, status=status)
 
     def _configs(
         self, where: str, entries: list[dict[str, Any]]
@@ -612,7 +623,8 @@ class DriverState:
             todo = self._admit(cp, plans, out, snap)
             if not todo:
                 return out
-            self.store.save(cp)
+            if any(self._changes_node(plan) for plan in todo):
+                self.store.save(cp)
         except DrakitError as e:  # the checkpoint cannot be read or written: retryable
             return out | self._failed(plans, e, out)
         completed: list[_Planned] = []
@@ -671,7 +683,7 @@ class DriverState:
                 out[ref.uid] = ClaimPrepareResult(devices=rec.results)  # idempotent repeat
                 self._write_device_status(rec, plan.status)  # e.g. lost in a crash
                 continue
-            if rec is not None and rec.phase == ClaimPhase.UNPREPARE_STARTED:
+            if rec is not None and rec.phase == ClaimPhase.UNPREPARE_STARTED:  # older versions
                 err = self._unprepare_locked(cp, [ref]).get(ref.uid, "")
                 if err:  # finish the interrupted unprepare first
                     out[ref.uid] = ClaimPrepareResult(error=err)
@@ -699,6 +711,17 @@ class DriverState:
             todo.append(plan)
         return todo
 
+    def _changes_node(self, plan: _Planned) -> bool:
+        """Whether an owner of the claim changes the node in its prepare (a plugin error: yes)."""
+        try:
+            return any(
+                self.host.prepare_changes_node(plugin, claim)
+                for plugin, claim in plan.claims.items()
+            )
+        except Exception:  # the prepare hook reports the plugin's failure; assume the worst
+            log.debug("drakit_prepare_changes_node failed for %s", plan.ref.uid, exc_info=True)
+            return True
+
     def _prepare_devices(self, cp: Checkpoint, plan: _Planned) -> str:
         """Steps 5-6 for one claim; updates its record in ``cp``; returns its error or ""."""
         ref = plan.ref
@@ -707,9 +730,7 @@ class DriverState:
         try:
             prepared: dict[str, list[PreparedDevice]] = {}
             for plugin, devs in plan.owners.items():
-                claim = ClaimInfo(
-                    namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs)
-                )
+                claim = plan.claims[plugin]
                 members = _MemberSession(self, cp, ref.uid, where)
                 got = self.host.prepare(plugin, claim, self._held(cp, plugin, ref.uid), members)
                 self._check_prepared(where, plugin, devs, got)
@@ -908,28 +929,24 @@ class DriverState:
         return out
 
     def _unprepare_locked(self, cp: Checkpoint, refs: Sequence[ClaimRef]) -> dict[str, str]:
-        """Unprepare ``refs`` (one write to start, one to finish); errors by UID."""
+        """Unprepare ``refs`` (one durable write, when all is undone); errors by UID.
+
+        The CDI spec goes first: a completed record without its spec is never served from the
+        checkpoint again (:meth:`_admit` prepares it afresh through the plugins, whose prepare
+        is idempotent), so a crash anywhere in an unprepare needs no record of its own, and
+        the kubelet's next unprepare simply undoes again (unprepare hooks are tolerant).
+        """
         errors: dict[str, str] = {}
         todo: list[ClaimRef] = []
-        changed = False
         for ref in refs:
-            rec = cp.claims.get(ref.uid)
-            if rec is None:  # a spec left by a lost checkpoint is removed by name
-                err = self._remove_spec(ref)
-                if err:
-                    errors[ref.uid] = err
+            if ref.uid in cp.claims:
+                todo.append(ref)
                 continue
-            if rec.phase != ClaimPhase.UNPREPARE_STARTED:
-                cp.claims[ref.uid] = rec.model_copy(update={"phase": ClaimPhase.UNPREPARE_STARTED})
-                changed = True
-            todo.append(ref)
+            err = self._remove_spec(ref)  # a spec left by a lost checkpoint is removed by name
+            if err:
+                errors[ref.uid] = err
         if not todo:
             return errors
-        try:
-            if changed:
-                self.store.save(cp)
-        except DrakitError as e:
-            return errors | {r.uid: f"{self._where(r)}: {e}" for r in todo}
         done: list[ClaimRef] = []
         for ref in todo:
             err = self._undo(cp.claims[ref.uid], ref)
@@ -959,6 +976,8 @@ class DriverState:
         """The plugins' unprepare hooks and the CDI spec of one claim; its error or ""."""
         where = self._where(ref)
         try:
+            self.cdi.remove(ref.uid)
+            crash_point("unprepare-after-cdi")
             for plugin, prepared in rec.prepared.items():
                 if plugin in self.host.backends:
                     self.host.unprepare(plugin, ref.uid, prepared)
@@ -974,8 +993,6 @@ class DriverState:
                     ref.uid,
                 )
             crash_point("unprepare-after-plugin")
-            self.cdi.remove(ref.uid)
-            crash_point("unprepare-after-cdi")
         except DrakitError as e:
             log.warning("unprepare of %s (uid %s) failed: %s", where, ref.uid, e)
             return f"{where}: {e}"
