@@ -510,6 +510,26 @@ def test_planted_links_are_never_followed(
     assert target.read_text() == "precious"
 
 
+def test_a_removed_or_replaced_lock_file_is_locked_at_its_path_again(
+    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+) -> None:
+    import fcntl
+
+    state = make_state(host, claims, tmp_path)
+    lock = tmp_path / "state" / GPU / "serialize.lock"
+    first = claim(claims, [gpu("gpu-5")])
+    assert state.prepare([first])[first.uid].error == ""
+    lock.unlink()  # the lock file kept open is no longer the one the other instance locks
+    second = claim(claims, [gpu("gpu-6")])
+    assert state.prepare([second])[second.uid].error == ""
+    with lock.open("rb") as fh:  # the file at the path is free again after the call ...
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    assert state._lfd is not None
+    assert os.fstat(state._lfd).st_ino == lock.stat().st_ino  # ... and it is the one locked
+    state.close()
+
+
 def test_state_dir_that_is_a_link_is_refused(
     host: PluginHost, claims: InMemoryClaims, tmp_path: Path
 ) -> None:

@@ -350,6 +350,9 @@ class DriverState:
         self.observer = observer
         self._lock = threading.Lock()
         self._lock_path = self.dir / "serialize.lock"
+        self._lock_file = os.fspath(self._lock_path)
+        self._lfd: int | None = None
+        self._lident: tuple[int, int] = (0, 0)
         self._get_workers = get_workers
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -374,16 +377,40 @@ class DriverState:
             self._status.close()
         with self._lock:
             self.store.close()
+            if self._lfd is not None:
+                os.close(self._lfd)
+                self._lfd = None
 
     @contextmanager
     def _serialized(self) -> Iterator[None]:
         with self._lock:
-            fd = open_private(self._lock_path)
+            fd = self._lock_fd()
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
-                os.close(fd)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _lock_fd(self) -> int:
+        """The lock file, kept open; opened again when the file at its path is another one.
+
+        Called under the thread lock. One ``lstat`` per call instead of open, fstat and close;
+        a lock file someone removed or replaced is never locked in vain (the other instance of a
+        rolling update locks the file at the path).
+        """
+        if self._lfd is not None:
+            try:
+                st = os.lstat(self._lock_file)
+            except OSError:
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) == self._lident:
+                return self._lfd
+            os.close(self._lfd)
+            self._lfd = None
+        fd = open_private(self._lock_path)
+        st = os.fstat(fd)
+        self._lfd, self._lident = fd, (st.st_dev, st.st_ino)
+        return fd
 
     def prepared_claims(self) -> dict[str, ClaimRecord]:
         """The checkpoint's claims (for tests, metrics and the CLI)."""
