@@ -43,8 +43,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from drakit.errors import ConfigInvalid, DrakitError
-from drakit.kube import ConflictError, NotFoundError
+from drakit.errors import ConfigInvalid, ConflictError, DrakitError, NotFoundError
 from drakit.strategy_models import ShapedClaim, SimpleRequest
 from drakit.webhook import AdmissionRequest, AdmissionResponse
 

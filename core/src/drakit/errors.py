@@ -8,7 +8,9 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigInvalid",
+    "ConflictError",
     "DrakitError",
+    "NotFoundError",
     "PermanentError",
     "PluginLoadError",
     "RetryableError",
@@ -60,3 +62,15 @@ class RetryableError(DrakitError):
 
 class PermanentError(DrakitError):
     """A failure that retrying will not fix (unknown device, bad allocation)."""
+
+
+class NotFoundError(PermanentError):
+    """The API object does not exist (HTTP 404); raised by :mod:`drakit.kube`."""
+
+
+class ConflictError(PermanentError):
+    """The write lost a race: stale ``resourceVersion``, failed precondition or name taken (409).
+
+    Re-read and decide again; repeating the same request cannot succeed. Raised by
+    :mod:`drakit.kube`; defined here so that code handling it needs no Kubernetes client.
+    """

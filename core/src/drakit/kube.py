@@ -34,7 +34,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from drakit.errors import PermanentError, RetryableError
+from drakit.errors import ConflictError, NotFoundError, PermanentError, RetryableError
 
 __all__ = [
     "RESOURCE_SLICES",
@@ -50,17 +50,6 @@ RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 _CONNECT_TIMEOUT = 5.0
 _SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
-
-
-class NotFoundError(PermanentError):
-    """The object does not exist (HTTP 404)."""
-
-
-class ConflictError(PermanentError):
-    """The write lost a race: stale ``resourceVersion``, failed precondition or name taken (409).
-
-    Re-read and decide again; repeating the same request cannot succeed.
-    """
 
 
 def _status_message(status: int, data: bytes) -> str:

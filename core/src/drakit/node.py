@@ -25,12 +25,12 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from drakit.checkpoint import read_boot_id
 from drakit.config import DrakitSettings
 from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.inventory import Inventory, InventorySnapshot
-from drakit.kube import KubeClient
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer
 from drakit.metrics import Metrics, ProbeServer
 from drakit.models import DeviceHealth, DeviceTaint
@@ -39,6 +39,9 @@ from drakit.publisher import ResourceSlicePublisher
 from drakit.runtime import open_host
 from drakit.slices import PoolSpec
 from drakit.state import ClaimSource, DriverState
+
+if TYPE_CHECKING:
+    from drakit.kube import KubeClient  # the Kubernetes client loads only where a node has one
 
 __all__ = ["UNHEALTHY_TAINT", "Node"]
 

@@ -29,10 +29,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from drakit.errors import DrakitError, PermanentError, RetryableError
-from drakit.kube import ConflictError, KubeClient, NotFoundError
+from drakit.errors import ConflictError, DrakitError, NotFoundError, PermanentError, RetryableError
 from drakit.slicediff import (
     PoolKey,
     dropped_fields,
@@ -46,6 +45,9 @@ from drakit.slicediff import (
     semantically_equal,
 )
 from drakit.slices import PoolSpec, check_pool, render_checked
+
+if TYPE_CHECKING:
+    from drakit.kube import KubeClient  # the Kubernetes client loads only where a node has one
 
 __all__ = [
     "DroppedFieldsError",

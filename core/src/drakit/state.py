@@ -59,10 +59,16 @@ from pydantic import BaseModel
 
 from drakit.cdi import CdiWriter
 from drakit.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
-from drakit.errors import ConfigInvalid, DrakitError, PermanentError, RetryableError
+from drakit.errors import (
+    ConfigInvalid,
+    ConflictError,
+    DrakitError,
+    NotFoundError,
+    PermanentError,
+    RetryableError,
+)
 from drakit.faults import crash_point
 from drakit.inventory import Inventory, InventorySnapshot
-from drakit.kube import ConflictError, NotFoundError
 from drakit.models import (
     AllocatedDevice,
     ClaimInfo,

@@ -1,0 +1,44 @@
+"""What a node process loads: heavy libraries only where it needs them.
+
+Each is tens of MiB resident in every node (``benchmarks/rss.py`` measures the process): the
+Kubernetes client only where the node talks to a cluster (``drakit.kube``), the CEL library
+(which loads prompt_toolkit) only when a CEL expression is evaluated. Checked in a fresh
+interpreter, since this test process has imported everything already.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_NODE_MODULES = (
+    "drakit.node",
+    "drakit.state",
+    "drakit.publisher",
+    "drakit.admission",
+    "drakit_cpu.plugin",
+    "drakit_nvidia_gpu.plugin",
+    "drakit_amd_ainic.plugin",
+    "drakit_composite.plugin",
+)
+
+
+def _loaded_after(imports: tuple[str, ...], candidates: tuple[str, ...]) -> list[str]:
+    code = (
+        "import importlib, sys\n"
+        f"for m in {list(imports)!r}: importlib.import_module(m)\n"
+        f"print(' '.join(c for c in {list(candidates)!r} if c in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return out.stdout.split()
+
+
+def test_a_node_without_a_cluster_loads_neither_the_kubernetes_client_nor_cel() -> None:
+    heavy = ("kubernetes", "urllib3", "celpy", "prompt_toolkit")
+    assert _loaded_after(_NODE_MODULES, heavy) == []
+
+
+def test_the_kubernetes_client_loads_with_drakit_kube() -> None:
+    assert _loaded_after(("drakit.kube",), ("kubernetes", "urllib3")) == ["kubernetes", "urllib3"]
