@@ -51,7 +51,7 @@ from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClai
 
 PROJECT = "drakit"
 
-API_VERSION = "1.0"
+API_VERSION = "1.1"
 """The version of this hook contract (``major.minor``), promised in ``docs/compatibility.md``.
 
 A minor version adds hooks or optional parameters; a major version removes or changes one. A
