@@ -360,6 +360,8 @@ class SysfsCache:
         """PF BDF -> (inode of its link, its PCI identity read the long way, its resolved
         directory, its model, its VFs' device id from ``sriov_vf_device``)."""
         self._members: dict[str, dict[str, list[str]]] = {}
+        self.guess_queues = 0
+        """The rx queue count read last, what the next function likely has (:func:`_rx_queues`)."""
 
     def fixed(self, bdf: str, ino: int) -> _Fixed | None:
         """The facts read when this directory was first seen."""
@@ -490,7 +492,7 @@ def _live(
         mtu = int(raw) if raw.isdigit() else None
         raw = _small(net + "speed")
         speed = int(raw) if raw.isdigit() and int(raw) > 0 else None
-        queues = len([q for q in _listdir(net + "queues") if q[:3] == "rx-"])
+        queues = cache.guess_queues = _rx_queues(net + "queues", cache.guess_queues)
     uverbs = fw = None
     if rdmas:
         rdma = rdmas[0]
@@ -511,6 +513,25 @@ def _live(
             cache.keep_rdma(bdf, ino, rdma, known)
         uverbs, fw = known.uverbs, known.fw_version
     return _Live(driver, tuple(nets), rdmas, mac, mtu, speed, queues, uverbs, fw)
+
+
+def _rx_queues(queues: str, guess: int) -> int:
+    """How many ``rx-<i>`` entries the netdev's ``queues`` directory has.
+
+    The kernel keeps them numbered ``rx-0`` to ``rx-<n-1>`` for its n active rx queues
+    (net/core/net-sysfs.c, net_rx_queue_update_kobjects adds and removes them at the top), so
+    ``guess`` (the last function's count: a node's VFs tend to have the same) is confirmed by
+    two ``access`` calls, ``rx-<guess-1>`` there and ``rx-<guess>`` not (no result object, no
+    exception: 7 us against 11 us for a listing of a VF's on a 2,048-VF tree); else the
+    directory is listed.
+    """
+    if (
+        guess > 0
+        and os.access(f"{queues}/rx-{guess - 1}", os.F_OK)
+        and not os.access(f"{queues}/rx-{guess}", os.F_OK)
+    ):
+        return guess
+    return len([q for q in _listdir(queues) if q[:3] == "rx-"])
 
 
 def _function_of(pci: PciFunction, d: Path, live: _Live, vf_index: int | None) -> NicFunction:
