@@ -10,6 +10,7 @@ plugin byte for byte the same.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +151,36 @@ def test_every_vf_device_says_what_the_long_way_reads(
             }
             seen += 1
     assert seen == len(devices) > 0
+
+
+def test_the_fallbacks_of_the_fast_path_equal_the_long_way(tmp_path: Path) -> None:
+    """Where a shortcut has nothing to go on, the VF is read as the long way reads it.
+
+    No PF has ``sriov_vf_device`` (VF device ids read per VF), one VF's netdev has no readable
+    ``address`` (its directory is looked for instead) and another's class/net link is left
+    behind by a netdev gone from the function (not its netdev).
+    """
+    spec = ainic_machine("3x8", get_profile("minimal-1s").cpu, pfs=3, vfs=8)
+    root = SysfsBuilder(spec).build(tmp_path / "3x8")
+    nics = read_ainics(root)
+    for nic in nics:
+        (nic.pf.dir / "sriov_vf_device").unlink()
+    first, second = (read_vf(root, nics[0], i, nics[0].vf_addresses[i]) for i in (1, 2))
+    assert first is not None
+    assert second is not None
+    assert first.ifname
+    assert second.ifname
+    (first.dir / "net" / first.ifname / "address").unlink()
+    gone = second.dir / "net" / second.ifname
+    gone.rename(tmp_path / "moved")  # its class/net link now points at nothing
+    cache = SysfsCache()
+    for nic in read_ainics(root, cache):
+        slow = tuple(
+            fn for i, bdf in nic.vf_addresses.items() if (fn := read_vf(root, nic, i, bdf))
+        )
+        assert read_vfs(root, nic, cache=cache) == slow
+        for vf in slow:  # read from its directory, not handed to the long way
+            assert cache.fixed(vf.bdf, os.lstat(vf.dir).st_ino) is not None, vf.bdf
+    vf1, vf2 = (fn for fn in read_vfs(root, nics[0]) if fn.vf_index in (1, 2))
+    assert (vf1.ifname, vf1.mac) == (first.ifname, None)
+    assert (vf2.ifname, vf2.queues) == (None, 0)

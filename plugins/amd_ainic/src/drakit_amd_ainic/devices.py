@@ -211,24 +211,26 @@ class DiscoveryCache:
         self._devices: dict[str, tuple[Any, Device]] = {}
         self._seen: set[str] = set()
         # validated attributes by value: values repeat across a node's functions (model,
-        # driver, root, rail...). Bools apart (True == 1, but they are different attributes).
-        # This round's and the last round's, so the cache holds what two rounds used and no
-        # more (MACs and names come and go).
-        self._attrs: tuple[dict[object, DeviceAttribute], dict[object, DeviceAttribute]] = ({}, {})
+        # driver, root, rail...); bools are not kept here (True == 1, see _BOOLS). This
+        # round's and the last round's, so the cache holds what two rounds used and no more
+        # (MACs and names come and go).
+        self._attrs: dict[object, DeviceAttribute] = {}
         self._attrs_before = self._attrs
 
     def typed(self, attrs: Mapping[str, Any]) -> dict[str, DeviceAttribute]:
         """``attrs`` as validated attributes (each value validated once per two rounds)."""
         out: dict[str, DeviceAttribute] = {}
-        (now, now_bools), (before, before_bools) = self._attrs, self._attrs_before
+        now, before = self._attrs, self._attrs_before
         for name, value in attrs.items():
-            cache, last = (now_bools, before_bools) if value.__class__ is bool else (now, before)
-            attr = cache.get(value)
+            if value is True or value is False:
+                out[name] = _BOOLS[value]
+                continue
+            attr = now.get(value)
             if attr is None:
-                attr = last.get(value)
+                attr = before.get(value)
                 if attr is None:
                     attr = DeviceAttribute.model_validate(value)
-                cache[value] = attr
+                now[value] = attr
             out[name] = attr
         return out
 
@@ -247,8 +249,12 @@ class DiscoveryCache:
         for name in [n for n in self._devices if n not in self._seen]:
             del self._devices[name]
         self._seen = set()
-        self._attrs_before, self._attrs = self._attrs, ({}, {})
+        self._attrs_before, self._attrs = self._attrs, {}
         self.sysfs.prune(live_vfs)
+
+
+_BOOLS = {v: DeviceAttribute(bool=v) for v in (True, False)}
+"""The two bool attributes (apart from the cache by value: ``True == 1``)."""
 
 
 def _attributes(
