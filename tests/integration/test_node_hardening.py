@@ -33,7 +33,7 @@ from drakit.errors import PermanentError
 from drakit.inventory import build_inventory
 from drakit.kubelet import KubeletPluginServer
 from drakit.kubelet.client import KubeletClient
-from drakit.models import ClaimRef, ClaimUnprepareResult
+from drakit.models import AllocatedDevice, ClaimInfo, ClaimRef, ClaimUnprepareResult
 from drakit.pluginhost import PluginHost
 from drakit.runtime import open_host
 from drakit.state import DriverState
@@ -321,7 +321,7 @@ def nic_config(**fields: Any) -> list[dict[str, Any]]:
     return [{"source": "FromClaim", "opaque": {"driver": AINIC, "parameters": params}}]
 
 
-def test_a_prepare_that_changes_the_node_is_on_record_before_it_runs(
+def test_one_write_per_prepare_even_for_a_backend_that_changes_the_node(
     host: PluginHost, claims: InMemoryClaims, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, driver=AINIC)
@@ -329,15 +329,41 @@ def test_a_prepare_that_changes_the_node_is_on_record_before_it_runs(
     tuned = claim(claims, [nic("ainic-1")], config=nic_config(queues=2))  # sets the PF's queues
     writes = state.store.writes
     assert state.prepare([plain])[plain.uid].error == ""
-    assert state.store.writes - writes == 1  # a whole PF as it is: PrepareCompleted only
     assert state.prepare([tuned])[tuned.uid].error == ""
-    assert state.store.writes - writes == 3  # PrepareStarted first, then PrepareCompleted
+    assert state.store.writes - writes == 2  # PrepareCompleted, after the hooks and CDI spec
     assert state.unprepare([plain, tuned]) == {
         plain.uid: ClaimUnprepareResult(),
         tuned.uid: ClaimUnprepareResult(),
     }
-    assert state.store.writes - writes == 4
+    assert state.store.writes - writes == 3
     assert state.prepared_claims() == {}
+
+
+def test_an_unprepare_without_a_record_reaches_the_backends(tmp_path: Path) -> None:
+    """What a prepare cut short leaves (the backend's own record, no checkpoint entry) is undone."""
+    ledger = tmp_path / "ledger" / "vf-ledger.json"
+    settings = DrakitSettings(
+        profile="h200-8gpu-8ainic-sriov",
+        node_name=NODE,
+        plugins={
+            "amd_ainic": {
+                "state_dir": str(ledger.parent),
+                "nics": [{"select": {"pf_names": ["enp64s0"]}, "mode": "vf"}],
+            }
+        },
+    )
+    with open_host(settings) as vf_host:
+        build_inventory(vf_host)
+        claims = InMemoryClaims()
+        state = make_state(vf_host, claims, tmp_path, driver=AINIC)
+        ref = claim(claims, [nic("ainic-1-vf-0")])
+        device = AllocatedDevice(request="nic", driver=AINIC, pool=NODE, device="ainic-1-vf-0")
+        info = ClaimInfo(namespace="ns", name=ref.name, uid=ref.uid, devices=(device,))
+        vf_host.prepare("amd_ainic", info)  # the backend ran; the process died before the write
+        assert ref.uid in ledger.read_text()
+        assert state.prepared_claims() == {}
+        assert state.unprepare([ref])[ref.uid].error == ""
+        assert ref.uid not in ledger.read_text()  # the VF is given back
 
 
 # --- 2. every bad input fails alone ------------------------------------------------------------

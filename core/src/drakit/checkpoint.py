@@ -6,11 +6,12 @@ rename, fsync of the directory). Each claim moves through::
 
     [PrepareStarted ->] PrepareCompleted -> (removed)
 
-``PrepareStarted`` is written first only when a plugin's prepare may change the node, so that a
-crash mid-prepare leaves a record whose unprepare reaches it; ``UnprepareStarted`` is no longer
-written (the prepare pipeline removes a claim's CDI spec before undoing it, and a completed
-record without a spec is prepared afresh), but records in it, from older versions, are finished
-by the next call. A crash at any point leaves a state the next kubelet call completes or rolls
+``PrepareStarted`` reaches the file only for a composite whose members are recorded one by one;
+otherwise a prepare writes once, ``PrepareCompleted``, and an unprepare of a claim the file does
+not know reaches every backend of the driver. ``UnprepareStarted`` is no longer written (the
+prepare pipeline removes a claim's CDI spec before undoing it, and a completed record without a
+spec is prepared afresh), but records in it, from older versions, are finished by the next
+call. A crash at any point leaves a state the next kubelet call completes or rolls
 back.
 The node's boot ID is recorded: after a reboot the CDI specs (on tmpfs) are gone, so every
 completed claim is demoted to ``PrepareStarted`` and re-prepared on the next call.

@@ -51,7 +51,7 @@ from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClai
 
 PROJECT = "drakit"
 
-API_VERSION = "1.1"
+API_VERSION = "1.0"
 """The version of this hook contract (``major.minor``), promised in ``docs/compatibility.md``.
 
 A minor version adds hooks or optional parameters; a major version removes or changes one. A
@@ -202,39 +202,6 @@ def drakit_prepare_devices(
     lock is taken after the claim GETs of the kubelet call (those of concurrent calls overlap)
     and held from reading the checkpoint to writing it, so ``held`` cannot change under the
     hook. The same holds for ``drakit_unprepare_devices``.
-    """
-
-
-@hookspec(firstresult=True)
-def drakit_prepare_changes_node(claim: ClaimInfo) -> bool | None:
-    """Whether ``drakit_prepare_devices`` for ``claim`` will change the node.
-
-    "Change the node" means anything beyond the CDI edits it returns: MIG instances, VF
-    settings, an MTU, files, a daemon's configuration.
-
-    Core asks each owning plugin before it prepares a claim. When one of them answers ``True``,
-    or does not implement this hook, the claim is recorded in the checkpoint first
-    (``PrepareStarted``). Then an unprepare after a crash in the middle of the prepare still
-    reaches the plugin (with ``prepared`` empty), and the change is undone by ``claim_uid``.
-    When every owner answers ``False``, the claim's record is written once, after the prepare
-    hooks and its CDI spec. A crash before that write leaves at most the spec: a restart
-    attributes the spec to its devices (``recovered``), and the kubelet's next call prepares the
-    claim again or removes the spec.
-
-    Answer ``False`` only if a crash right after your prepare returns, before the record is
-    written, leaves nothing that your unprepare would have to undo. State that core checkpoints
-    (``PreparedDevice.state``, seen by later prepares as ``held``) does not count.
-
-    Args:
-        claim: the claim, with only this plugin's devices (as ``drakit_prepare_devices`` gets).
-
-    Returns:
-        ``False`` when preparing this claim changes nothing on the node; ``True`` or ``None``
-        otherwise.
-
-    Call mode: routed to the owning plugin, and firstresult; called under the driver's lock
-    right before the prepare, once per claim and owning plugin. It must be quick and change
-    nothing.
     """
 
 

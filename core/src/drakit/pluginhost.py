@@ -541,10 +541,6 @@ class PluginHost:
     ) -> None:
         self._session(caller, member).unprepare(member, claim_uid, prepared)
 
-    def prepare_changes_node(self, plugin: str, claim: ClaimInfo) -> bool:
-        """Whether ``plugin``'s prepare of ``claim`` changes the node (yes unless it says not)."""
-        return self._only(plugin, "drakit_prepare_changes_node")(claim=claim) is not False
-
     def unprepare(self, plugin: str, claim_uid: str, prepared: Sequence[PreparedDevice]) -> None:
         """Call ``plugin``'s unprepare hook."""
         self._only(plugin, "drakit_unprepare_devices")(claim_uid=claim_uid, prepared=list(prepared))

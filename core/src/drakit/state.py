@@ -8,10 +8,9 @@ For each claim in a kubelet call (``docs/architecture.md``, "Prepare pipeline"):
 3. resolve opaque configuration (class entries first, then claim entries, in allocation order;
    later wins) and validate each object through the owning plugin (the webhook uses the same
    hook);
-4. record ``PrepareStarted`` in the checkpoint (one durable write for every claim of the call),
-   unless every owning plugin says its prepare changes nothing on the node
-   (``drakit_prepare_changes_node``): then a crash before step 7 leaves at most the CDI spec,
-   which a restart attributes to its devices and the next call replaces or removes;
+4. put ``PrepareStarted`` records in memory (nothing is written yet: a crash before step 7 leaves
+   at most the CDI spec, which a restart attributes to its devices, and an unprepare of a claim
+   without a record of what was prepared reaches every backend of the driver);
 5. route each device to the plugin that discovered it (``drakit_prepare_devices``);
 6. write one CDI spec for the claim, atomically;
 7. record ``PrepareCompleted`` with what was returned (one durable write for the call), and
@@ -656,8 +655,6 @@ class DriverState:
             todo = self._admit(cp, plans, out, snap)
             if not todo:
                 return out
-            if any(self._changes_node(plan) for plan in todo):
-                self.store.save(cp)
         except DrakitError as e:  # the checkpoint cannot be read or written: retryable
             return out | self._failed(plans, e, out)
         completed: list[_Planned] = []
@@ -743,17 +740,6 @@ class DriverState:
             )
             todo.append(plan)
         return todo
-
-    def _changes_node(self, plan: _Planned) -> bool:
-        """Whether an owner of the claim changes the node in its prepare (a plugin error: yes)."""
-        try:
-            return any(
-                self.host.prepare_changes_node(plugin, claim)
-                for plugin, claim in plan.claims.items()
-            )
-        except Exception:  # the prepare hook reports the plugin's failure; assume the worst
-            log.debug("drakit_prepare_changes_node failed for %s", plan.ref.uid, exc_info=True)
-            return True
 
     def _prepare_devices(self, cp: Checkpoint, plan: _Planned) -> str:
         """Steps 5-6 for one claim; updates its record in ``cp``; returns its error or ""."""
@@ -975,7 +961,7 @@ class DriverState:
             if ref.uid in cp.claims:
                 todo.append(ref)
                 continue
-            err = self._remove_spec(ref)  # a spec left by a lost checkpoint is removed by name
+            err = self._undo(None, ref)  # cut short before its record, or a lost checkpoint
             if err:
                 errors[ref.uid] = err
         if not todo:
@@ -998,33 +984,30 @@ class DriverState:
             log.info("unprepared claim %s (uid %s)", self._where(ref), ref.uid)
         return errors
 
-    def _remove_spec(self, ref: ClaimRef) -> str:
-        try:
-            self.cdi.remove(ref.uid)
-        except DrakitError as e:
-            return f"{self._where(ref)}: {e}"
-        return ""
+    def _undo(self, rec: ClaimRecord | None, ref: ClaimRef) -> str:
+        """The CDI spec and the plugins' unprepare hooks of one claim; its error or "".
 
-    def _undo(self, rec: ClaimRecord, ref: ClaimRef) -> str:
-        """The plugins' unprepare hooks and the CDI spec of one claim; its error or ""."""
+        The plugins are those on the claim's record, with what each returned. Without a record
+        of them (``rec`` is ``None``: no record at all, because a crash cut the prepare short
+        before its one write or the checkpoint was lost; or a record rebuilt from the CDI spec)
+        every backend of the driver is asked with ``prepared`` empty, and undoes by claim UID
+        whatever it did (unprepare hooks are tolerant of claims they never saw).
+        """
         where = self._where(ref)
+        if rec is not None and rec.prepared:
+            owners: Mapping[str, Sequence[PreparedDevice]] = rec.prepared
+        else:
+            owners = {p: [] for p in self.host.plugins_for_driver(self.driver)}
         try:
             self.cdi.remove(ref.uid)
             crash_point("unprepare-after-cdi")
-            for plugin, prepared in rec.prepared.items():
+            for plugin, prepared in owners.items():
                 if plugin in self.host.backends:
                     self.host.unprepare(plugin, ref.uid, prepared)
                 else:
                     log.warning(
                         "%s: plugin %r is no longer enabled; nothing to undo", where, plugin
                     )
-            if rec.recovered:
-                log.warning(
-                    "%s (uid %s): its record was rebuilt from its CDI spec; the plugins' own "
-                    "state for it was lost with the checkpoint and is not undone",
-                    where,
-                    ref.uid,
-                )
             crash_point("unprepare-after-plugin")
         except DrakitError as e:
             log.warning("unprepare of %s (uid %s) failed: %s", where, ref.uid, e)

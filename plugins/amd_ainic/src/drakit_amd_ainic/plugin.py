@@ -102,11 +102,6 @@ class AmdAinicPlugin:
         return self.preparer.prepare(view.published, claim, held)
 
     @hookimpl
-    def drakit_prepare_changes_node(self, claim: ClaimInfo) -> bool:
-        """Unless every device is a whole PF whose queues and MTU the claim leaves alone."""
-        return self.preparer.changes_node(self._view.published, claim)
-
-    @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: list[PreparedDevice]) -> bool:
         """Reset the claim's VFs and remove on-demand VFs of idle PFs."""
         self.preparer.unprepare(claim_uid, prepared)

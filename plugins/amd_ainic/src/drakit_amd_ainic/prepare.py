@@ -150,22 +150,6 @@ class Preparer:
                 self.ledger.forget()  # changes in memory may not have been written
                 raise
 
-    @staticmethod
-    def changes_node(published: Mapping[str, Published], claim: ClaimInfo) -> bool:
-        """Whether preparing ``claim`` may change the node: anything but whole PFs as they are.
-
-        A VF gets settings (and may be created); a PF gets its queue count or MTU only when a
-        ``NicConfig`` sets ``queues`` or ``vf``.
-        """
-        for dev in claim.devices:
-            pub = published.get(dev.device)
-            if pub is None or pub.mode != "pf":
-                return True
-            cfg = merged(dev.config)
-            if cfg.get("queues") is not None or cfg.get("vf"):
-                return True
-        return False
-
     def _plan(
         self, published: Mapping[str, Published], claim: ClaimInfo, dev: AllocatedDevice
     ) -> _Plan:

@@ -131,12 +131,6 @@ class AmdGpuPlugin:
         return out
 
     @hookimpl
-    def drakit_prepare_changes_node(self, claim: ClaimInfo) -> bool:
-        """Never: prepare only names device nodes."""
-        del claim
-        return False
-
-    @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool:
         """Nothing to undo: prepare changes nothing on the node."""
         del claim_uid, prepared

@@ -586,12 +586,6 @@ class CpuPlugin:
             )
 
     @hookimpl
-    def drakit_prepare_changes_node(self, claim: ClaimInfo) -> bool:
-        """Never: the chosen CPUs are the checkpointed ``state`` and the container's env."""
-        del claim
-        return False
-
-    @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: list[PreparedDevice]) -> bool:
         """CPUs return to the free set when the checkpoint record goes; nothing else to undo."""
         return True

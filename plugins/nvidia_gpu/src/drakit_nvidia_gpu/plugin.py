@@ -217,18 +217,6 @@ class NvidiaGpuPlugin:
         return out
 
     @hookimpl
-    def drakit_prepare_changes_node(self, claim: ClaimInfo) -> bool:
-        """When a device is a MIG instance (created on demand) or a config sets sharing."""
-        with self._lock:
-            published = dict(self._published)
-        return any(
-            (target := published.get(dev.device)) is None
-            or target.placement is not None
-            or claim_sharing(dev) is not None
-            for dev in claim.devices
-        )
-
-    @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool:
         """Destroy the claim's MIG instances and undo MPS's compute mode (idempotent)."""
         nvml = self.nvml
