@@ -734,8 +734,9 @@ class DriverState:
                 name=ref.name,
                 uid=ref.uid,
                 phase=ClaimPhase.PREPARE_STARTED,
-                # every owning plugin is on record before it is called, so an unprepare after a
-                # crash mid-prepare still reaches it (with what it had returned, or nothing)
+                # every owning plugin is on the record before it is called: a composite's
+                # members write it (each member durably, with what it returned), and what an
+                # earlier record held (a reboot's demoted claim) stays on it
                 prepared={p: [] for p in plan.owners} | (rec.prepared if rec is not None else {}),
             )
             todo.append(plan)
