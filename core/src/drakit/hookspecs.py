@@ -212,14 +212,16 @@ def drakit_unprepare_devices(claim_uid: str, prepared: Sequence[PreparedDevice])
     Args:
         claim_uid: the claim's UID (the claim object may no longer exist).
         prepared: exactly what prepare returned for this plugin, from the checkpoint; empty
-            when a crash interrupted the prepare before its result was recorded (a plugin with
-            side effects of its own then undoes them by ``claim_uid``).
+            when core has no record of it (a crash cut the prepare short before the checkpoint
+            was written, or the checkpoint was lost): then every plugin of the driver is asked,
+            and a plugin with side effects of its own undoes them by ``claim_uid``.
 
     Returns:
         ``True`` (or ``None``) when done.
 
-    Call mode: routed to the owning plugin. Idempotent and tolerant: undoing something already
-    undone is not an error.
+    Call mode: routed to the owning plugin (to every plugin of the driver when the claim's
+    record does not name them). Idempotent and tolerant: undoing something already undone, or
+    a claim this plugin never prepared, is not an error.
     """
 
 
