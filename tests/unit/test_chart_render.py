@@ -357,6 +357,19 @@ def run_drakit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int
     return (code if isinstance(code, int) else 1), out, err
 
 
+def _printed_and_rendered_classes(
+    objects: list[dict[str, Any]], config: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Class name -> spec, as ``drakit deviceclasses --config`` prints them and as rendered."""
+    code, out, err = run_drakit(["deviceclasses", "--config", str(config), "-o", "json"], capsys)
+    assert (code, err) == (0, "")
+    printed = json.loads(out)
+    items = printed["items"] if isinstance(printed, dict) else printed
+    want = {c["metadata"]["name"]: c["spec"] for c in items}
+    got = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "DeviceClass")}
+    return want, got
+
+
 def test_device_classes_match_drakit_deviceclasses(
     helm: Helm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -377,12 +390,7 @@ def test_device_classes_match_drakit_deviceclasses(
     objects = helm.template(values)
     config = tmp_path / "drakit.yaml"
     config.write_text(one(objects, "ConfigMap")["data"]["drakit.yaml"])
-    code, out, err = run_drakit(["deviceclasses", "--config", str(config), "-o", "json"], capsys)
-    assert (code, err) == (0, "")
-    printed = json.loads(out)
-    items = printed["items"] if isinstance(printed, dict) else printed
-    want = {c["metadata"]["name"]: c["spec"] for c in items}
-    got = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "DeviceClass")}
+    want, got = _printed_and_rendered_classes(objects, config, capsys)
     assert {"gpu-nic-pair-numa0", "gpu-nic-pair-numa1", "gpu-nic-pair", "cpu"} <= set(got)
     assert {name: want.get(name) for name in got} == got
 
@@ -416,14 +424,9 @@ def test_locked_in_shares_from_values(
     config = tmp_path / "drakit.yaml"
     config.write_text(one(objects, "ConfigMap")["data"]["drakit.yaml"])
     assert drakit_yaml(objects)["plugins"]["composite"]["locked"][0]["shares"] == 4
-    code, out, err = run_drakit(["config", "validate", str(config)], capsys)
+    code, _out, err = run_drakit(["config", "validate", str(config)], capsys)
     assert (code, err) == (0, "")
-    code, out, err = run_drakit(["deviceclasses", "--config", str(config), "-o", "json"], capsys)
-    assert (code, err) == (0, "")
-    printed = json.loads(out)
-    items = printed["items"] if isinstance(printed, dict) else printed
-    want = {c["metadata"]["name"]: c["spec"] for c in items}
-    got = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "DeviceClass")}
+    want, got = _printed_and_rendered_classes(objects, config, capsys)
     assert set(got) == set(want) == {"cpu", "cpu-share"}
     assert got == want
     assert got["cpu-share"]["extendedResourceName"] == "composite.drakit.io/cpu-share"
