@@ -171,8 +171,6 @@ class _Planned:
     ref: ClaimRef
     devices: list[AllocatedDevice]
     owners: dict[str, list[AllocatedDevice]]
-    claims: dict[str, ClaimInfo]
-    """Per owning plugin: the claim with only that plugin's devices."""
     status: frozenset[str] = frozenset()
     """This driver's ``status.devices`` entries as the claim GET saw them (canonical JSON)."""
 
@@ -584,13 +582,7 @@ class DriverState:
             for e in (seen if isinstance(seen, list) else [])
             if isinstance(e, dict) and e.get("driver") == self.driver
         )
-        claims = {
-            plugin: ClaimInfo(
-                namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs)
-            )
-            for plugin, devs in owners.items()
-        }
-        return _Planned(ref=ref, devices=devices, owners=owners, claims=claims, status=status)
+        return _Planned(ref=ref, devices=devices, owners=owners, status=status)
 
     def _configs(
         self, where: str, entries: list[dict[str, Any]]
@@ -750,7 +742,9 @@ class DriverState:
         try:
             prepared: dict[str, list[PreparedDevice]] = {}
             for plugin, devs in plan.owners.items():
-                claim = plan.claims[plugin]
+                claim = ClaimInfo(
+                    namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs)
+                )
                 members = _MemberSession(self, cp, ref.uid, where)
                 got = self.host.prepare(plugin, claim, self._held(cp, plugin, ref.uid), members)
                 self._check_prepared(where, plugin, devs, got)
