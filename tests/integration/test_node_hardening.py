@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -272,8 +273,6 @@ def test_every_quarantined_copy_is_kept(
 
 def test_checkpoint_written_by_the_previous_format_still_loads(tmp_path: Path) -> None:
     """Files written before the incremental writer (indented, whole-dump checksum) are valid."""
-    import hashlib
-
     rec = ClaimRecord(namespace="ns", name="a", uid="u1", phase=ClaimPhase.PREPARE_COMPLETED)
     old = Checkpoint(driver=GPU, boot_id="b", claims={"u1": rec})
     body = {
@@ -291,6 +290,53 @@ def test_checkpoint_written_by_the_previous_format_still_loads(tmp_path: Path) -
     repairs: list[str] = []
     store = CheckpointStore(path, GPU, "b", on_repair=lambda r, _m, _n: repairs.append(r))
     assert store.load().claims == {"u1": rec}
+    assert repairs == []
+
+
+def test_checkpoint_with_floats_and_non_ascii_text_loads_and_saves_again(tmp_path: Path) -> None:
+    """Floats that the standard encoder spells differently from orjson (``1e+16``), non-ASCII
+    text and integers beyond 64 bits in a plugin's state: a file written by the standard
+    encoder alone loads, and after a save that adds a record the file loads again."""
+    from drakit.models import PreparedDevice
+
+    states = {
+        "u1": {"big": 1e16, "tiny": 1e-7},
+        "u2": {"name": "Grafikkarte \u00e4", "wide": 2**70},
+    }
+    recs = {
+        uid: ClaimRecord(
+            namespace="ns",
+            name=uid,
+            uid=uid,
+            phase=ClaimPhase.PREPARE_COMPLETED,
+            prepared={"p": [PreparedDevice(request="r", pool="n", device="d", state=state)]},
+        )
+        for uid, state in states.items()
+    }
+    old = Checkpoint(driver=GPU, boot_id="b", claims=recs)
+    body = {
+        "driver": GPU,
+        "bootID": "b",
+        "claims": {
+            uid: {k: v for k, v in rec.model_dump(mode="json").items() if k != "recovered"}
+            for uid, rec in recs.items()
+        },
+    }
+    old.checksum = hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    path = tmp_path / "checkpoint.json"
+    path.write_text(old.model_dump_json(by_alias=True))
+    assert "1e+16" in path.read_text()
+    repairs: list[str] = []
+    store = CheckpointStore(path, GPU, "b", on_repair=lambda r, _m, _n: repairs.append(r))
+    cp = store.load()
+    assert cp.claims == recs
+    cp.claims["u3"] = recs["u1"].model_copy(update={"uid": "u3", "name": "u3"})
+    store.save(cp)
+    again = CheckpointStore(path, GPU, "b", on_repair=lambda r, _m, _n: repairs.append(r))
+    assert set(again.load().claims) == {"u1", "u2", "u3"}
+    assert again.load().claims["u3"].prepared["p"][0].state == states["u1"]
     assert repairs == []
 
 

@@ -19,6 +19,8 @@ import stat
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from drakit.errors import PermanentError
 from drakit.models import CdiEdits
 from drakit.safefs import (
@@ -137,7 +139,7 @@ class CdiWriter:
         """
         name = self.spec_name(claim_uid)
         ensure_dir(self.cdi_dir, DIR_MODE, private=False, allow_link=True)
-        data = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+        data = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
         # Per-claim temp name (runtimes read only *.json): calls for a claim are serialised.
         tmp = self.cdi_dir / f".{name}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC

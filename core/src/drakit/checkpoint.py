@@ -45,6 +45,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.models import PreparedDevice, PreparedDeviceRef
@@ -103,11 +104,34 @@ class ClaimRecord(BaseModel):
 
 
 def _canonical(rec: ClaimRecord) -> str:
-    """The canonical JSON of one record (``recovered`` only when set, as older files lack it)."""
+    """The canonical JSON of one record (``recovered`` only when set, as older files lack it).
+
+    Sorted keys, no spaces, ASCII only: what ``json.dumps(sort_keys=True, separators=(",",
+    ":"))`` writes. orjson writes the same bytes about ten times faster for ASCII text without
+    floats; anything else (non-ASCII text, an integer beyond 64 bits) is left to the standard
+    encoder. A float in a plugin's ``state`` may be spelled differently by the two
+    (``1e+16``/``1e16``), so :meth:`CheckpointStore.load` also accepts the standard spelling.
+    """
     body = rec.model_dump(mode="json")
     if not rec.recovered:
         del body["recovered"]
+    try:
+        fast = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits
+        return _canonical_std(body)
+    return fast.decode() if fast.isascii() else _canonical_std(body)
+
+
+def _canonical_std(body: dict[str, Any]) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _canonical_legacy(rec: ClaimRecord) -> str:
+    """:func:`_canonical` as the standard encoder alone writes it (floats spelled by ``repr``)."""
+    body = rec.model_dump(mode="json")
+    if not rec.recovered:
+        del body["recovered"]
+    return _canonical_std(body)
 
 
 def _entry(uid: str, canonical: str) -> str:
@@ -244,8 +268,13 @@ class CheckpointStore:
                 raise ValueError(f"checkpoint is for driver {cp.driver!r}, not {self.driver!r}")
             canon = {uid: _canonical(rec) for uid, rec in cp.claims.items()}
             digest = hashlib.sha256(_body(cp.driver, cp.boot_id, canon).encode()).hexdigest()
-            if cp.checksum != digest:
-                raise ValueError("checksum mismatch")
+            if cp.checksum != digest:  # floats written by the standard encoder alone?
+                legacy = {uid: _canonical_legacy(rec) for uid, rec in cp.claims.items()}
+                body = _body(cp.driver, cp.boot_id, legacy)
+                if cp.checksum != hashlib.sha256(body.encode()).hexdigest():
+                    raise ValueError("checksum mismatch")
+                # the cache keeps :func:`_canonical`'s spelling, so the next save writes one
+                # spelling for every record
         except RecursionError:
             return self._move_aside("its JSON is nested too deeply")
         except (ValueError, ValidationError) as e:

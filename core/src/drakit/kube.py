@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+import orjson
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -239,7 +240,7 @@ class KubeClient:
         if not data:
             return {}
         try:
-            doc = json.loads(data)
+            doc = orjson.loads(data)
         except ValueError as exc:
             raise RetryableError(f"{what}: the API server sent invalid JSON: {exc}") from exc
         if not isinstance(doc, dict):
@@ -532,7 +533,7 @@ class KubeClient:
         if not 200 <= status < 300:  # noqa: PLR2004 - HTTP status codes
             raise _error_for(status, data, what)
         try:
-            doc = json.loads(data)
+            doc = orjson.loads(data)
         except ValueError as exc:
             raise RetryableError(f"{what}: the API server sent invalid JSON: {exc}") from exc
         if not isinstance(doc, dict):
