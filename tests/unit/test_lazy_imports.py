@@ -42,3 +42,21 @@ def test_a_node_without_a_cluster_loads_neither_the_kubernetes_client_nor_cel() 
 
 def test_the_kubernetes_client_loads_with_drakit_kube() -> None:
     assert _loaded_after(("drakit.kube",), ("kubernetes", "urllib3")) == ["kubernetes", "urllib3"]
+
+
+def test_the_cli_loads_the_allocator_only_for_explain() -> None:
+    """``drakit node`` starts from ``drakit.cli``; the allocator (the resource.k8s.io models,
+    CEL) is ``drakit explain``'s alone."""
+    heavy = ("drakit.allocator", "drakit.explain", "celpy")
+    assert _loaded_after(("drakit.cli",), heavy) == []
+    code = (
+        "import sys\n"
+        "from drakit.cli import cli\n"
+        "import click\n"
+        "assert cli.get_command(click.Context(cli), 'explain') is not None\n"
+        "print('drakit.allocator' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == ["True"]

@@ -5,6 +5,7 @@ A user error is one clear line on stderr and exit code 2; ``--verbose`` adds the
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import ssl
@@ -24,7 +25,6 @@ from drakit.config import (
     validation_errors,
 )
 from drakit.errors import ConfigInvalid, DrakitError
-from drakit.explain_cmd import explain_command
 from drakit.inventory import build_inventory
 from drakit.pluginhost import (
     installed_plugins,
@@ -104,6 +104,11 @@ def _settings(
     )
 
 
+_LAZY_COMMANDS = {"explain": ("drakit.explain_cmd", "explain_command")}
+"""Built-in commands imported only when run: ``explain`` brings the whole allocator (the
+``resource.k8s.io`` models and CEL), which ``drakit node`` never uses."""
+
+
 class PluginCommands(click.Group):
     """Built-in commands, plus the click commands of the ``drakit.cli`` entry point group.
 
@@ -113,11 +118,15 @@ class PluginCommands(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Built-in and contributed command names."""
         contributed = {ep.name for ep in metadata.entry_points(group="drakit.cli")}
-        return sorted(set(super().list_commands(ctx)) | contributed)
+        return sorted(set(super().list_commands(ctx)) | set(_LAZY_COMMANDS) | contributed)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         """The built-in command ``name``, else the contributed one (imported now)."""
         found = super().get_command(ctx, name)
+        if found is None and name in _LAZY_COMMANDS:
+            module, attr = _LAZY_COMMANDS[name]
+            found = getattr(importlib.import_module(module), attr)
+            self.add_command(found, name)
         for ep in () if found else metadata.entry_points(group="drakit.cli", name=name):
             try:
                 found = ep.load()
@@ -519,9 +528,6 @@ def demo(profile: str | None, config_path: Path | None, claim_path: Path | None)
     from drakit.demo import run_demo  # noqa: PLC0415 - the demo pulls in the node services
 
     run_demo(profile, config=config_path, claim=claim_path)
-
-
-cli.add_command(explain_command)
 
 
 def main(argv: list[str] | None = None) -> None:
