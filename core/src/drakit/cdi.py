@@ -88,6 +88,7 @@ class CdiWriter:
         self.driver = driver
         self.kind = cdi_kind(driver)
         self.vendor = self.kind.split("/")[0]
+        self._dir = str(cdi_dir)
 
     def spec_name(self, claim_uid: str) -> str:
         """The file name of a claim's spec.
@@ -100,6 +101,10 @@ class CdiWriter:
 
     def _path(self, claim_uid: str) -> Path:
         return self.cdi_dir / self.spec_name(claim_uid)
+
+    def _str_path(self, claim_uid: str) -> str:
+        """:meth:`_path` as a string (no ``Path`` built on every prepare and unprepare)."""
+        return f"{self._dir}/{self.spec_name(claim_uid)}"
 
     def device_name(self, claim_uid: str, device: str) -> str:
         """The CDI device name of one device of a claim."""
@@ -179,7 +184,7 @@ class CdiWriter:
     def exists(self, claim_uid: str) -> bool:
         """Whether the claim's spec is on disk as a regular file (a link does not count)."""
         try:
-            return stat.S_ISREG(self._path(claim_uid).lstat().st_mode)
+            return stat.S_ISREG(os.lstat(self._str_path(claim_uid)).st_mode)
         except OSError:
             return False
 
@@ -192,9 +197,9 @@ class CdiWriter:
             PermanentError: a bad UID, or a directory where the spec goes.
             RetryableError: the file system refused (read-only, ...), named as such.
         """
-        path = self._path(claim_uid)
+        path = self._str_path(claim_uid)
         try:
-            path.unlink()
+            os.unlink(path)
         except FileNotFoundError:
             return False
         except IsADirectoryError as e:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -147,7 +148,13 @@ def _body(driver: str, boot_id: str, claims: Mapping[str, str]) -> str:
 def _body_of(driver: str, boot_id: str, entries: list[str]) -> str:
     """:func:`_body` from the claims' entries, in UID order."""
     items = ",".join(entries)
-    return f'{{"bootID":{json.dumps(boot_id)},"claims":{{{items}}},"driver":{json.dumps(driver)}}}'
+    return f'{{"bootID":{_quoted(boot_id)},"claims":{{{items}}},"driver":{_quoted(driver)}}}'
+
+
+@functools.lru_cache(maxsize=64)
+def _quoted(text: str) -> str:
+    """``text`` as a JSON string; the header's few values, encoded once instead of per save."""
+    return json.dumps(text)
 
 
 class Checkpoint(BaseModel):
@@ -360,8 +367,8 @@ class CheckpointStore:
         cp.checksum = hashlib.sha256(_body_of(cp.driver, cp.boot_id, entries).encode()).hexdigest()
         items = ",\n".join([" " + e for e in entries])
         text = (
-            f'{{"apiVersion":{json.dumps(cp.api_version)},"kind":{json.dumps(cp.kind)},'
-            f'"driver":{json.dumps(cp.driver)},"bootID":{json.dumps(cp.boot_id)},'
+            f'{{"apiVersion":{_quoted(cp.api_version)},"kind":{_quoted(cp.kind)},'
+            f'"driver":{_quoted(cp.driver)},"bootID":{_quoted(cp.boot_id)},'
             f'"checksum":"{cp.checksum}","claims":{{\n{items}\n}}}}\n'
         )
         try:

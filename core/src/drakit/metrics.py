@@ -56,6 +56,7 @@ class Metrics:
             registry=r,
             buckets=_BUCKETS,
         )
+        self._children: dict[tuple[str, str, str], Histogram] = {}
         self.devices_published = Gauge(
             "drakit_devices_published",
             "Devices in the desired ResourceSlices",
@@ -82,8 +83,12 @@ class Metrics:
 
     def observe(self, driver: str, op: str, result: str, seconds: float) -> None:
         """Record one prepare or unprepare (the pipeline's observer interface)."""
-        hist = self.prepare_seconds if op == "prepare" else self.unprepare_seconds
-        hist.labels(driver=driver, result=result).observe(seconds)
+        key = (op, driver, result)
+        child = self._children.get(key)
+        if child is None:  # labels() takes a lock and builds its key on every call
+            hist = self.prepare_seconds if op == "prepare" else self.unprepare_seconds
+            child = self._children[key] = hist.labels(driver=driver, result=result)
+        child.observe(seconds)
 
     def exposition(self) -> bytes:
         """The text exposition format."""
