@@ -475,3 +475,17 @@ def test_cdi_version_is_the_lowest_that_expresses_the_spec(
         "devices": [{"name": first_device_name, "containerEdits": edits}],
     }
     assert min_cdi_version(spec) == version
+
+
+def test_cdi_specs_are_written_whatever_json_their_edits_hold(tmp_path: Path) -> None:
+    """orjson writes specs; what only the standard encoder takes (an integer beyond 64 bits in
+    a plugin's device node) is written too, and non-ASCII text stays readable."""
+    from drakit.cdi import CdiWriter
+    from drakit.models import CdiEdits
+
+    writer = CdiWriter(tmp_path, "x.drakit.io")
+    for uid, node in (("u1", {"path": "/dev/x", "major": 2**70}), ("u2", {"path": "/dev/\u00e4"})):
+        spec = writer.build(uid, [("d", CdiEdits(device_nodes=(node,)))])
+        name = writer.write(uid, spec)
+        got = json.loads((tmp_path / name).read_text(encoding="utf-8"))
+        assert got["devices"][0]["containerEdits"]["deviceNodes"] == [node]

@@ -26,6 +26,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like the API server
     connections: ClassVar[set[tuple[str, int]]] = set()
     drop_after_reply: ClassVar[bool] = False
+    body: ClassVar[bytes | None] = None  # the claim's reply, when set
     reset: ClassVar[bool] = False
     close_on_second: ClassVar[bool] = False
     served = 0  # requests on this connection (one handler instance per connection)
@@ -42,7 +43,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.dumps({"kind": "Status", "code": 404, "message": "not found"}).encode()
             self.send_response(404)
         else:
-            body = json.dumps({"metadata": {"name": "c", "uid": "u"}}).encode()
+            body = self.body or json.dumps({"metadata": {"name": "c", "uid": "u"}}).encode()
             self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -130,3 +131,19 @@ def test_a_server_that_resets_every_connection_is_a_retryable_error(
         kube.get_resource_claim("ns", "c")
     handler.reset = False
     assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"  # pool recovered
+
+
+def test_a_too_deeply_nested_claim_is_the_claims_fault_not_bad_json(
+    server: tuple[ThreadingHTTPServer, type[_Handler]],
+) -> None:
+    """Past orjson's 1,024 levels the standard decoder raises RecursionError, which the
+    prepare pipeline reports as a claim nested too deeply (its own fault), not as an API
+    server sending invalid JSON (an outage, retried)."""
+    srv, handler = server
+    client = _client(srv)
+    handler.body = b'{"x":' + b"[" * 1100 + b"]" * 1100 + b"}"
+    with pytest.raises(RecursionError):
+        client.get_resource_claim("ns", "c")
+    handler.body = b'{"metadata": '
+    with pytest.raises(RetryableError, match="invalid JSON"):
+        client.get_resource_claim("ns", "c")

@@ -144,7 +144,10 @@ class CdiWriter:
         """
         name = self.spec_name(claim_uid)
         ensure_dir(self.cdi_dir, DIR_MODE, private=False, allow_link=True)
-        data = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+        try:
+            data = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # what only the standard encoder takes (an integer beyond 64 bits)
+            data = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
         # Per-claim temp name (runtimes read only *.json): calls for a claim are serialised.
         tmp = self.cdi_dir / f".{name}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -108,10 +108,10 @@ def _canonical(rec: ClaimRecord) -> str:
     """The canonical JSON of one record (``recovered`` only when set, as older files lack it).
 
     Sorted keys, no spaces, ASCII only: what ``json.dumps(sort_keys=True, separators=(",",
-    ":"))`` writes. orjson writes the same bytes about ten times faster for ASCII text without
-    floats; anything else (non-ASCII text, an integer beyond 64 bits) is left to the standard
-    encoder. A float in a plugin's ``state`` may be spelled differently by the two
-    (``1e+16``/``1e16``), so :meth:`CheckpointStore.load` also accepts the standard spelling.
+    ":"))`` writes, which orjson writes about ten times faster. A record with non-ASCII text or
+    an integer beyond 64 bits is left to the standard encoder. The two may spell a float in a
+    plugin's ``state`` differently (``1e+16``/``1e16``), so :meth:`CheckpointStore.load` also
+    accepts the standard encoder's spelling (files of older versions).
     """
     body = rec.model_dump(mode="json")
     if not rec.recovered:

@@ -53,6 +53,19 @@ _CONNECT_TIMEOUT = 5.0
 _SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 
 
+def _decode(data: bytes) -> Any:
+    """An API server reply's JSON: orjson, else the standard decoder's result or error.
+
+    Where orjson refuses (nesting past 1,024 levels, NaN), the standard decoder decides: for a
+    claim nested too deeply it raises ``RecursionError``, which the prepare pipeline reports as
+    the claim's own fault, not as an API outage.
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
 def _status_message(status: int, data: bytes) -> str:
     """The server's ``Status.message`` (or the start of the body) for an error reply."""
     try:
@@ -240,7 +253,7 @@ class KubeClient:
         if not data:
             return {}
         try:
-            doc = orjson.loads(data)
+            doc = _decode(data)
         except ValueError as exc:
             raise RetryableError(f"{what}: the API server sent invalid JSON: {exc}") from exc
         if not isinstance(doc, dict):
@@ -533,7 +546,7 @@ class KubeClient:
         if not 200 <= status < 300:  # noqa: PLR2004 - HTTP status codes
             raise _error_for(status, data, what)
         try:
-            doc = orjson.loads(data)
+            doc = _decode(data)
         except ValueError as exc:
             raise RetryableError(f"{what}: the API server sent invalid JSON: {exc}") from exc
         if not isinstance(doc, dict):
