@@ -294,13 +294,14 @@ def test_checkpoint_written_by_the_previous_format_still_loads(tmp_path: Path) -
 
 
 def test_checkpoint_with_floats_and_non_ascii_text_loads_and_saves_again(tmp_path: Path) -> None:
-    """Floats that the standard encoder spells differently from orjson (``1e+16``), non-ASCII
-    text and integers beyond 64 bits in a plugin's state: a file written by the standard
-    encoder alone loads, and after a save that adds a record the file loads again."""
+    """Floats and DEL, which the standard encoder spells differently from orjson (``1e-07``,
+    ``\\u007f``), non-ASCII text and integers beyond 64 bits in a plugin's state: a file
+    written by the standard encoder alone loads, and after a save that adds a record the file
+    loads again."""
     from drakit.models import PreparedDevice
 
     states = {
-        "u1": {"big": 1e16, "tiny": 1e-7},
+        "u1": {"big": 1e16, "tiny": 1e-7, "del": "a\x7fb"},
         "u2": {"name": "Grafikkarte \u00e4", "wide": 2**70},
     }
     recs = {

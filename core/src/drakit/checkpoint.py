@@ -107,11 +107,11 @@ class ClaimRecord(BaseModel):
 def _canonical(rec: ClaimRecord) -> str:
     """The canonical JSON of one record (``recovered`` only when set, as older files lack it).
 
-    Sorted keys, no spaces, ASCII only: what ``json.dumps(sort_keys=True, separators=(",",
-    ":"))`` writes, which orjson writes about ten times faster. A record with non-ASCII text or
-    an integer beyond 64 bits is left to the standard encoder. The two may spell a float in a
-    plugin's ``state`` differently (``1e+16``/``1e16``), so :meth:`CheckpointStore.load` also
-    accepts the standard encoder's spelling (files of older versions).
+    Sorted keys, no spaces, ASCII only, written by orjson (about ten times faster than the
+    standard encoder); a record with non-ASCII text or an integer beyond 64 bits is written by
+    ``json.dumps(sort_keys=True, separators=(",", ":"))``. Older versions wrote every record
+    that way, which spells a few things differently (a float's exponent, ``1e-07`` against
+    ``1e-7``; DEL as ``\u007f``), so :meth:`CheckpointStore.load` accepts that spelling too.
     """
     body = rec.model_dump(mode="json")
     if not rec.recovered:
