@@ -113,14 +113,19 @@ def _canonical(rec: ClaimRecord) -> str:
     that way, which spells a few things differently (a float's exponent, ``1e-07`` against
     ``1e-7``; DEL as ``\u007f``), so :meth:`CheckpointStore.load` accepts that spelling too.
     """
-    body = rec.model_dump(mode="json")
-    if not rec.recovered:
-        del body["recovered"]
+    body = _record_body(rec)
     try:
         fast = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # an integer beyond 64 bits
         return _canonical_std(body)
     return fast.decode() if fast.isascii() else _canonical_std(body)
+
+
+def _record_body(rec: ClaimRecord) -> dict[str, Any]:
+    body = rec.model_dump(mode="json")
+    if not rec.recovered:
+        del body["recovered"]
+    return body
 
 
 def _canonical_std(body: dict[str, Any]) -> str:
@@ -129,10 +134,7 @@ def _canonical_std(body: dict[str, Any]) -> str:
 
 def _canonical_legacy(rec: ClaimRecord) -> str:
     """:func:`_canonical` as the standard encoder alone writes it (floats spelled by ``repr``)."""
-    body = rec.model_dump(mode="json")
-    if not rec.recovered:
-        del body["recovered"]
-    return _canonical_std(body)
+    return _canonical_std(_record_body(rec))
 
 
 def _entry(uid: str, canonical: str) -> str:
