@@ -99,11 +99,8 @@ class CdiWriter:
         check_component(claim_uid, "claim uid", max_bytes=128)
         return f"{self.vendor}-claim_{claim_uid}.json"
 
-    def _path(self, claim_uid: str) -> Path:
-        return self.cdi_dir / self.spec_name(claim_uid)
-
-    def _str_path(self, claim_uid: str) -> str:
-        """:meth:`_path` as a string (no ``Path`` built on every prepare and unprepare)."""
+    def _path(self, claim_uid: str) -> str:
+        """A claim's spec path (a string: no ``Path`` built on every prepare and unprepare)."""
         return f"{self._dir}/{self.spec_name(claim_uid)}"
 
     def device_name(self, claim_uid: str, device: str) -> str:
@@ -187,7 +184,7 @@ class CdiWriter:
     def exists(self, claim_uid: str) -> bool:
         """Whether the claim's spec is on disk as a regular file (a link does not count)."""
         try:
-            return stat.S_ISREG(os.lstat(self._str_path(claim_uid)).st_mode)
+            return stat.S_ISREG(os.lstat(self._path(claim_uid)).st_mode)
         except OSError:
             return False
 
@@ -200,7 +197,7 @@ class CdiWriter:
             PermanentError: a bad UID, or a directory where the spec goes.
             RetryableError: the file system refused (read-only, ...), named as such.
         """
-        path = self._str_path(claim_uid)
+        path = self._path(claim_uid)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -214,7 +211,7 @@ class CdiWriter:
     def read_devices(self, claim_uid: str) -> list[str] | None:
         """The CDI device names in a claim's spec; ``None`` if it is missing or unreadable."""
         try:
-            raw = read_regular(self._path(claim_uid), MAX_SPEC_BYTES)
+            raw = read_regular(Path(self._path(claim_uid)), MAX_SPEC_BYTES)
             if raw is None:
                 return None
             doc = json.loads(raw)
