@@ -353,7 +353,6 @@ class DriverState:
         self.observer = observer
         self._lock = threading.Lock()
         self._lock_path = self.dir / "serialize.lock"
-        self._lock_file = os.fspath(self._lock_path)
         self._lfd: int | None = None
         self._lident: tuple[int, int] = (0, 0)
         self._get_workers = get_workers
@@ -403,7 +402,7 @@ class DriverState:
         """
         if self._lfd is not None:
             try:
-                st = os.lstat(self._lock_file)
+                st = os.lstat(self._lock_path)
             except OSError:
                 st = None
             if st is not None and (st.st_dev, st.st_ino) == self._lident:
