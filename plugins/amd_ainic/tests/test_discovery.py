@@ -291,6 +291,39 @@ def test_rediscovery_reads_again_what_can_change_and_reuses_what_cannot(tmp_path
     assert "ifName" not in attrs(round_()["ainic-0-vf-1"])
 
 
+def test_uverbs_node_is_the_rdma_devices_whatever_else_the_function_holds(
+    tmp_path: Path,
+) -> None:
+    """A lone uverbs node of a lone RDMA device is its; beside others, its ``ibdev`` decides."""
+    root = build_profile("h200-8gpu-8ainic-sriov", tmp_path / "r")
+
+    def function(device: str) -> Any:
+        host = PluginHost(  # a fresh plugin: nothing cached from an earlier round
+            DrakitSettings(
+                plugins={"amd_ainic": {"default_mode": "vf", "state_dir": str(tmp_path)}}
+            ),
+            NodeInfo(name="n1", sysfs_root=str(root)),
+        )
+        host.discover()
+        return host.backends["amd_ainic"].published[device].function  # type: ignore[attr-defined]
+
+    before = function("ainic-0-vf-1")
+    assert before.uverbs is not None
+    vf = real(root, before.bdf)
+    # a second RDMA device (sorting after the first, so still not the published one) whose
+    # uverbs node sorts before the first device's
+    other_ib, other_uv = "zzz_other", "uverbs0000"
+    (vf / "infiniband" / other_ib).mkdir()
+    (vf / "infiniband_verbs" / other_uv).mkdir()
+    (vf / "infiniband_verbs" / other_uv / "ibdev").write_text(f"{other_ib}\n")
+    cls = root / "sys" / "class"
+    for kind, name in (("infiniband", other_ib), ("infiniband_verbs", other_uv)):
+        (cls / kind / name).symlink_to(os.path.relpath(vf / kind / name, cls / kind))
+    after = function("ainic-0-vf-1")
+    assert after.rdma_device == before.rdma_device
+    assert after.uverbs == before.uverbs, "the uverbs node was chosen by position"
+
+
 def test_rails_and_fabric_from_node_labels_under_the_file_and_maps(
     roots: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

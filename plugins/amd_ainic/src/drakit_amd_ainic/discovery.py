@@ -499,20 +499,30 @@ def _live(
         known = cache.rdma(bdf, ino, rdma, ib[rdma])
         if known is None:
             # a uverbs node is the function's child like its RDMA device (the kernel gives it
-            # the RDMA device's parent), so class/infiniband_verbs links name the same nodes
-            # as a listing of infiniband_verbs/; each is checked by reading its ibdev there
+            # the RDMA device's parent: ib_uverbs_add_one), so class/infiniband_verbs links
+            # name the same nodes as a listing of infiniband_verbs/. With one RDMA device and
+            # one uverbs node (every AINIC function) the node is that device's; else each is
+            # checked by reading its ibdev there
             verbs = sorted(
                 _listdir(f"{d}/infiniband_verbs")
                 if named is None
                 else cache.members(named[2], "infiniband_verbs").get(bdf, [])
             )
-            found = next(
-                (u for u in verbs if _text(f"{d}/infiniband_verbs/{u}/ibdev") == rdma), None
-            )
+            found = _uverbs_of(d, rdma, verbs, only=len(rdmas) == 1)
             known = _Rdma(ib[rdma], found, _text(f"{d}/infiniband/{rdma}/fw_ver"))
             cache.keep_rdma(bdf, ino, rdma, known)
         uverbs, fw = known.uverbs, known.fw_version
     return _Live(driver, tuple(nets), rdmas, mac, mtu, speed, queues, uverbs, fw)
+
+
+def _uverbs_of(d: str, rdma: str, verbs: list[str], *, only: bool) -> str | None:
+    """The uverbs node among ``verbs`` (sorted) of RDMA device ``rdma`` of the function at ``d``.
+
+    ``only``: ``rdma`` is the function's one RDMA device, so a lone node is its.
+    """
+    if only and len(verbs) == 1:
+        return verbs[0]
+    return next((u for u in verbs if _text(f"{d}/infiniband_verbs/{u}/ibdev") == rdma), None)
 
 
 def _rx_queues(queues: str, guess: int) -> int:
@@ -582,15 +592,12 @@ def _fast_vf(
 ) -> NicFunction | None:
     """One VF whose directory ``d`` is a sibling of its PF's (where the kernel puts VFs).
 
-    ``None`` when it is not this PF's VF (its ``physfn`` names another) or not a PCI device.
+    ``d`` is named by the target of the PF's ``virtfn<index>`` link and a BDF names one
+    function, so ``d`` is that VF: its ``physfn`` link (which the kernel makes together with
+    ``virtfn<i>``, pci_iov_sysfs_link) is not read again. ``None`` when it is not a PCI device.
     """
     fixed = cache.fixed(bdf, ino)
     if fixed is None:
-        try:
-            if os.readlink(f"{d}/physfn") != f"../{nic.pf.bdf}":
-                return None
-        except OSError:
-            return None
         # A VF's vendor and device ids are not read per VF: the kernel sets them when it
         # creates the VF (drivers/pci/iov.c, pci_iov_add_virtfn: ``virtfn->vendor =
         # dev->vendor; virtfn->device = iov->vf_device``), so its ``vendor`` file shows its
