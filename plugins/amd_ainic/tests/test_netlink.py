@@ -59,7 +59,9 @@ ch = eth.get_channels("v0")
 eth.close()
 out["channels"] = [ch.rx_count, ch.tx_count]
 out["too_many"] = error(lambda: nl.set_channels("v0", Path("/unused"), 99))
-mac = VfSettings(mac="02:00:00:00:00:01")
+mac = VfSettings(
+    mac="02:00:00:00:00:01", vlan=12, trust=True, spoofchk=False, max_tx_rate_mbps=25000
+)
 out["no_vfs"] = error(lambda: nl.set_vf("v0", "0000:00:00.0", 0, mac))
 out["gone"] = error(lambda: nl.set_mtu("nope0", Path("/unused"), 1400))
 out["gone_channels"] = error(lambda: nl.set_channels("nope0", Path("/unused"), 2))
