@@ -92,6 +92,26 @@ def test_a_gpu_that_falls_off_the_bus_is_unhealthy_until_nvml_sees_it_again(
         assert taints(host)["gpu-5"] == []
 
 
+def test_a_gpu_lost_later_keeps_its_own_data_when_an_earlier_one_was_never_read(
+    build_root: Build, open_gpu_host: Open
+) -> None:
+    """What a lost GPU keeps is what was read at its NVML index, whatever was left out before."""
+    root = build_root("dgx-h100")
+    gpus = load_nvml_description(root).devices
+    inject_gpu_lost(root, gpus[2].uuid)  # lost before the first round: never read
+    with open_gpu_host(root, health_watch=False) as host:
+
+        def published() -> dict[str, Any]:
+            devs = host.discover().devices
+            return {k.device: d.attributes["uuid"].value for k, d in devs.items()}
+
+        first = published()
+        assert "gpu-2" not in first
+        assert first["gpu-5"] == gpus[5].uuid
+        inject_gpu_lost(root, gpus[5].uuid)
+        assert published() == first, "a lost GPU took another GPU's data, or vanished"
+
+
 def test_without_health_watch_no_health_is_reported(build_root: Build, open_gpu_host: Open) -> None:
     with open_gpu_host(build_root("dgx-h100"), health_watch=False) as host:
         host.discover()

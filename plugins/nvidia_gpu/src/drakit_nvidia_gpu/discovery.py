@@ -73,11 +73,17 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class NodeGpus:
-    """Everything NVML said in one discovery round."""
+    """Everything NVML said in one discovery round.
+
+    Attributes:
+        gpus: the GPUs, by NVML index (a GPU lost before it was ever read is left out).
+        indices: the NVML index of each of ``gpus``.
+    """
 
     driver_version: str
     cuda_driver_version: int
     gpus: tuple[GpuInfo, ...]
+    indices: tuple[int, ...] = ()
 
 
 def _profile_name(raw: bytes | str, slices: int, memory_mib: int) -> str:
@@ -89,21 +95,31 @@ def _profile_name(raw: bytes | str, slices: int, memory_mib: int) -> str:
 def read_gpus(nvml: Nvml, previous: NodeGpus | None = None) -> NodeGpus:
     """Ask NVML for every GPU (MIG profiles only for GPUs whose MIG mode is on).
 
-    A GPU that has fallen off the bus (``GpuIsLost``) keeps what the previous round read at
-    its index, so it stays published (and tainted) instead of vanishing; with no previous
-    round it is left out.
+    A GPU that has fallen off the bus (``GpuIsLost``, from its handle or any later query)
+    keeps what the previous round read at its NVML index, so it stays published (and tainted)
+    instead of vanishing; with nothing read at that index before it is left out.
     """
-    gpus = []
+    before = dict(zip(previous.indices, previous.gpus, strict=True)) if previous else {}
+    gpus: list[GpuInfo] = []
+    indices: list[int] = []
     for i, h in enumerate(nvml.handles()):
-        try:
-            gpus.append(_read_gpu(nvml, h))
-        except nvml.gpu_lost:
-            if previous is not None and i < len(previous.gpus):
-                gpus.append(previous.gpus[i])
+        info = None
+        if h is not None:
+            try:
+                info = _read_gpu(nvml, h)
+            except nvml.gpu_lost:
+                info = None
+        if info is None:
+            info = before.get(i)
+            if info is None:
+                continue
+        gpus.append(info)
+        indices.append(i)
     return NodeGpus(
         driver_version=nvml.driver_version(),
         cuda_driver_version=nvml.cuda_driver_version(),
         gpus=tuple(gpus),
+        indices=tuple(indices),
     )
 
 

@@ -129,10 +129,18 @@ class Nvml:
         return int(self.lib.nvmlSystemGetCudaDriverVersion())
 
     def handles(self) -> list[Any]:
-        """Every GPU's handle, by NVML index."""
-        return [
-            self.lib.nvmlDeviceGetHandleByIndex(i) for i in range(self.lib.nvmlDeviceGetCount())
-        ]
+        """Every GPU's handle, by NVML index; ``None`` for a GPU that has fallen off the bus.
+
+        ``nvmlDeviceGetHandleByIndex`` itself may answer ``GpuIsLost`` for such a GPU (nvml.h),
+        so it is asked GPU by GPU: one lost GPU does not hide the others.
+        """
+        out: list[Any] = []
+        for i in range(self.lib.nvmlDeviceGetCount()):
+            try:
+                out.append(self.lib.nvmlDeviceGetHandleByIndex(i))
+            except self.gpu_lost:
+                out.append(None)
+        return out
 
     def handle(self, uuid: str) -> Any:
         """A GPU's handle by UUID."""

@@ -501,10 +501,12 @@ class FakeNvml:
         return len(self.desc.devices)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Device:
-        """A handle by NVML index."""
+        """A handle by NVML index (``GpuIsLost`` for a lost GPU, which nvml.h allows here)."""
         for gpu in self.desc.devices:
             if gpu.index == index:
-                return _Device(gpu.uuid)
+                handle = _Device(gpu.uuid)
+                self._alive(handle)
+                return handle
         raise NVMLError_InvalidArgument()
 
     def nvmlDeviceGetHandleByUUID(self, uuid_: str | bytes) -> _Device:
