@@ -171,7 +171,7 @@ def test_full_gpu_and_a_mig_slice_of_it_are_never_both_allocated(
     control_plane: ControlPlane, kubelet_standin: KubeletStandIn, gpu_node: Running, namespace: str
 ) -> None:
     cp, n = control_plane, gpu_node
-    published = _wait_published(cp, n.name, GPU, 8 + 18)
+    published = _wait_published(cp, n.name, GPU, 8 + 25)
     assert "gpu-0-mig-7g80gb-0-0" in published
     attr = f'device.attributes["{GPU}"]'
     _claim(
@@ -230,7 +230,7 @@ def test_a_time_sliced_claim_shared_by_two_pods_is_prepared_once(
     control_plane: ControlPlane, kubelet_standin: KubeletStandIn, gpu_node: Running, namespace: str
 ) -> None:
     cp, n = control_plane, gpu_node
-    _wait_published(cp, n.name, GPU, 8 + 18)
+    _wait_published(cp, n.name, GPU, 8 + 25)
     uuid3 = load_nvml_description(n.root).devices[3].uuid
     attr = f'device.attributes["{GPU}"]'
     config = {
@@ -281,7 +281,7 @@ def test_a_critical_xid_taints_the_gpu_in_its_slice_until_it_clears(
     control_plane: ControlPlane, gpu_node: Running
 ) -> None:
     cp, n = control_plane, gpu_node
-    _wait_published(cp, n.name, GPU, 8 + 18)
+    _wait_published(cp, n.name, GPU, 8 + 25)
     uuid5 = load_nvml_description(n.root).devices[5].uuid
 
     def taints() -> list[dict[str, Any]]:

@@ -71,10 +71,15 @@ def test_mig_gpus_are_counter_sets_their_placements_consume(
         devices = gpus(host)
         plugin_sets = host.discover()
     mig = sorted(n for n in devices if n.startswith("gpu-0-mig-"))
-    # 7x 1g.10gb, 4x 1g.20gb, 3x 2g.20gb, 2x 3g.40gb, 1x 4g.40gb, 1x 7g.80gb
-    assert len(mig) == 18
+    # 7x 1g.10gb, 4x 1g.20gb, 3x 2g.20gb, 2x 3g.40gb, 1x 4g.40gb, 1x 7g.80gb, and the seven
+    # places of 1g.10gb+me (one at a time: it takes the GPU's one OFA)
+    assert len(mig) == 25
     assert "gpu-0-mig-1g10gb-19-6" in mig
     assert "gpu-0-mig-7g80gb-0-0" in mig
+    me = devices["gpu-0-mig-1g10gbme-20-4"]  # a device name is a DNS label: no "+"
+    assert me.attributes["profile"].value == "1g.10gb+me"
+    [use] = me.consumes_counters
+    assert use.counters["ofa-engines"] == "1"  # of the GPU's one: two never fit together
     assert not any(n.startswith("gpu-1-mig-") for n in devices), "GPU 1 is not in MIG mode"
     assert devices["gpu-1"].consumes_counters == ()
 
@@ -85,6 +90,7 @@ def test_mig_gpus_are_counter_sets_their_placements_consume(
     assert list(sets) == ["gpu-0-counter-set"]
     assert sets["gpu-0-counter-set"].counters == whole.counters
     assert whole.counters["multiprocessors"] == "132"
+    assert whole.counters["ofa-engines"] == "1"
     assert {f"memory-slice-{i}" for i in range(8)} <= set(whole.counters)
 
     small = devices["gpu-0-mig-1g10gb-19-3"]
@@ -143,7 +149,7 @@ def test_published_slices_put_counter_sets_apart(build_root: Build, open_gpu_hos
         "gpu-1-counter-set",
     ]
     assert all("devices" not in s["spec"] for s in counters)
-    assert sum(len(s["spec"].get("devices", [])) for s in slices) == 8 + 2 * 18
+    assert sum(len(s["spec"].get("devices", [])) for s in slices) == 8 + 2 * 25
 
 
 def test_nvml_absent_publishes_no_gpus_once_said_and_others_go_on(
@@ -171,7 +177,7 @@ def test_partitions_stop_when_the_api_server_drops_consumes_counters(
     dropped: set[str] = set()
     with open_gpu_host(build_root("dgx-h100", mig=(0,)), health_watch=False) as host:
         host.dropped_fields = lambda driver: frozenset(dropped if driver == DRIVER else ())
-        assert len(gpus(host)) == 8 + 18
+        assert len(gpus(host)) == 8 + 25
         dropped.add("consumesCounters")
         after = gpus(host)
         assert sorted(after) == [f"gpu-{i}" for i in range(8)]

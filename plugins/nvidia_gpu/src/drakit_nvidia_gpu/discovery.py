@@ -34,8 +34,12 @@ class MigProfileInfo:
 
     @property
     def short(self) -> str:
-        """The name without dots, as NVIDIA's device names spell it (``1g10gb``)."""
-        return self.name.replace(".", "")
+        """The name in lower-case letters and digits only, for device names (``1g10gb``).
+
+        NVIDIA's device names drop the dots; a ``+me`` profile (media extensions, ``1g.10gb+me``)
+        loses its ``+`` too (``1g10gbme``), since a device name is a DNS label.
+        """
+        return "".join(c for c in self.name.lower() if c.isascii() and c.isalnum())
 
 
 @dataclass(frozen=True)

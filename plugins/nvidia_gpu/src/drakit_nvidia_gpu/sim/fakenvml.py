@@ -204,7 +204,12 @@ _HOPPER_PROFILES: tuple[
     (2, 9, 3, 2, 60, 3, 3, 3, 0, 4, (0, 4)),
     (3, 5, 4, 1, 64, 4, 4, 4, 0, 4, (0,)),
     (4, 0, 7, 1, 132, 8, 7, 7, 1, 8, (0,)),
+    # 1g.10gb+me (NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1): one slice with a JPEG decoder and
+    # the GPU's one OFA, so one instance at a time
+    (7, 20, 1, 1, 16, 1, 1, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
 )
+_MEDIA_EXTENSIONS = 7
+"""The profile index whose name carries ``+me``."""
 MEMORY_SLICES = 8
 """Memory slices of a Hopper GPU (what placements are counted in)."""
 
@@ -223,7 +228,7 @@ def hopper_mig_profiles(memory_mib: int, marketed_gb: int) -> tuple[MigProfile, 
             MigProfile(
                 profile=profile,
                 id=pid,
-                name=f"{slices}g.{gb}gb",
+                name=f"{slices}g.{gb}gb" + ("+me" if profile == _MEDIA_EXTENSIONS else ""),
                 slice_count=slices,
                 instance_count=count,
                 multiprocessors=sms,
