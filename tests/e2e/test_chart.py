@@ -340,9 +340,13 @@ def test_daemonset_accepted_with_its_privileges(release: Release) -> None:
     assert pod["priorityClassName"] == "system-node-critical"
     assert pod["serviceAccountName"] == release.node_sa
     container = pod["containers"][0]
-    # The release enables the NVIDIA backend, whose NVML needs a privileged container.
+    # The release enables the NVIDIA backend, whose NVML needs a privileged container, and the
+    # AINIC backend, which sets VFs on the host's netdevs and creates them through /sys.
     assert container["securityContext"]["privileged"] is True
-    assert {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}["/sys"]
+    assert pod["hostNetwork"] is True
+    read_only = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+    assert read_only["/sys"] is False
+    assert read_only["/etc/drakit"] is True
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 

@@ -157,14 +157,23 @@ def test_template_renders_the_backends(helm: Helm, backend_set: str) -> None:
 def test_security_context_is_the_least_each_backend_needs(helm: Helm, backend_set: str) -> None:
     enabled = enabled_in(backend_set)
     objects = helm.template(backend_values(BACKEND_SETS[backend_set]))
-    ctx = node_container(objects)["securityContext"]
-    if "nvidia_gpu" in enabled:
+    container = node_container(objects)
+    ctx = container["securityContext"]
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    # NVML and amdkfd need the GPUs' device nodes; the AINIC backend sets VFs through netlink
+    # in the host's network namespace and creates them through a writable /sys
+    if set(enabled) & {"nvidia_gpu", "amd_gpu", "amd_ainic"}:
         assert ctx["privileged"] is True
     else:
         assert ctx["privileged"] is False
         assert ctx["allowPrivilegeEscalation"] is False
         assert ctx["capabilities"] == {"drop": ["ALL"]}
     assert ctx["readOnlyRootFilesystem"] is True
+    ainic = "amd_ainic" in enabled
+    assert pod.get("hostNetwork", False) is ainic
+    assert pod.get("dnsPolicy") == ("ClusterFirstWithHostNet" if ainic else None)
+    sys_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/sys")
+    assert sys_mount["readOnly"] is not ainic
     webhook = one(objects, "Deployment")["spec"]["template"]["spec"]
     assert webhook["securityContext"]["runAsNonRoot"] is True
     assert webhook["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}

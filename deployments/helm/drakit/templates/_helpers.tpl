@@ -80,9 +80,16 @@ docs/composite.md). Call with (dict "root" $ "name" <backend>). */}}
 
 {{/* true when an enabled backend needs a privileged container. */}}
 {{- define "drakit.privileged" -}}
+{{- include "drakit.anyEnabled" (list . "privileged") -}}
+{{- end -}}
+
+{{/* "true" when an enabled backend sets the flag named by the second argument. */}}
+{{- define "drakit.anyEnabled" -}}
+{{- $root := index . 0 -}}
+{{- $flag := index . 1 -}}
 {{- $p := false -}}
-{{- range $name := include "drakit.enabled" . | fromJsonArray -}}
-{{- if (index $.Values.backends $name).privileged -}}{{- $p = true -}}{{- end -}}
+{{- range $name := include "drakit.enabled" $root | fromJsonArray -}}
+{{- if index (index $root.Values.backends $name) $flag -}}{{- $p = true -}}{{- end -}}
 {{- end -}}
 {{- $p -}}
 {{- end -}}
