@@ -166,6 +166,14 @@ def test_uncorrectable_ras_errors_make_the_gpu_unhealthy_and_tainted(
         (pci / "ras/umc_err_count").write_text("ue: 0\nce: 10\n")
         assert {h.health for h in host.health()["amd_gpu"]} == {"Healthy"}
         assert devices(host)[GPU0].taints == ()
+        # while amdgpu recovers the GPU its counters answer no count: not taken as healthy
+        (pci / "ras/umc_err_count").write_text("Query currently inaccessible\n")
+        report = {h.device: h for h in host.health()["amd_gpu"]}
+        assert report[GPU0].health == "Unhealthy"
+        assert report[GPU0].message.startswith("RAS error counts unreadable: umc ")
+        assert [t.value for t in devices(host)[GPU0].taints] == ["ras"]
+        (pci / "ras/umc_err_count").write_text("ue: 0\nce: 10\nde: 0\n")
+        assert {h.health for h in host.health()["amd_gpu"]} == {"Healthy"}
 
 
 def test_a_gpu_missing_from_kfd_is_unhealthy(build: Callable[..., SimNode]) -> None:

@@ -56,6 +56,10 @@ class AmdGpu:
     driver_version: str | None
     nodes: tuple[KfdNode, ...]
     ras_uncorrectable: dict[str, int]
+    ras_unreadable: tuple[str, ...] = ()
+    """RAS blocks whose ``<block>_err_count`` shows no ``ue`` count: amdgpu answers
+    ``Query currently inaccessible`` while it recovers the GPU, and ``EINVAL`` when the query
+    fails (amdgpu_ras.c, amdgpu_ras_sysfs_read)."""
 
     @property
     def partitioned(self) -> bool:
@@ -139,17 +143,23 @@ def _drm(pci: Path, prefix: str) -> int | None:
     return None
 
 
-def _ras(pci: Path) -> dict[str, int]:
+def _ras(pci: Path) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Uncorrectable error counts above 0 by RAS block, and the blocks that show no count."""
     out = {}
+    unreadable = []
     ras = pci / "ras"
     for f in sorted(ras.glob("*_err_count")) if ras.is_dir() else []:
+        block = f.name.removesuffix("_err_count")
+        count = None
         for line in (_read(f) or "").splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "ue":
                 count = _int(value.strip())
-                if count:
-                    out[f.name.removesuffix("_err_count")] = count
-    return out
+        if count is None:
+            unreadable.append(block)
+        elif count:
+            out[block] = count
+    return out, tuple(unreadable)
 
 
 def read_amd_gpus(root: Path) -> list[AmdGpu]:
@@ -163,6 +173,7 @@ def read_amd_gpus(root: Path) -> list[AmdGpu]:
         pci = Path(os.path.realpath(root / "sys/bus/pci/devices" / fn.bdf))
         compute = _read(pci / "current_compute_partition")
         memory = _read(pci / "current_memory_partition")
+        ras, ras_unreadable = _ras(pci)
         out.append(
             AmdGpu(
                 fn=fn,
@@ -174,7 +185,8 @@ def read_amd_gpus(root: Path) -> list[AmdGpu]:
                 render_minor=_drm(pci, "renderD"),
                 driver_version=version,
                 nodes=tuple(kfd.get(fn.bdf, ())),
-                ras_uncorrectable=_ras(pci),
+                ras_uncorrectable=ras,
+                ras_unreadable=ras_unreadable,
             )
         )
     return out

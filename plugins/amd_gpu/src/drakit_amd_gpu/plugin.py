@@ -44,6 +44,12 @@ def problem_of(gpu: AmdGpu) -> tuple[str, str] | None:
     if gpu.ras_uncorrectable:
         blocks = ", ".join(f"{b} {n}" for b, n in sorted(gpu.ras_uncorrectable.items()))
         return "ras", f"uncorrectable RAS errors: {blocks}"
+    if gpu.ras_unreadable:
+        blocks = ", ".join(gpu.ras_unreadable)
+        return "ras", (
+            f"RAS error counts unreadable: {blocks} (amdgpu is recovering the GPU, or its "
+            "error query failed)"
+        )
     if not gpu.nodes:
         return "kfd", "the GPU is missing from the KFD topology (amdkfd did not initialise it)"
     return None
