@@ -122,6 +122,26 @@ def test_a_cpx_gpu_publishes_its_partitions_against_one_counter_set(
     assert found["gpu-0000-2b-00-0"].consumes_counters == (), "the other GPUs stay SPX"
 
 
+def test_partitions_keep_their_names_while_amdgpu_refuses_the_mode_file(
+    build: Callable[..., SimNode],
+) -> None:
+    """During a reset amdgpu refuses the mode files (or says UNKNOWN): KFD's nodes tell."""
+    node = build(cpx=("0000:05:00.0",))
+    pci = Path(os.path.realpath(node.root / "sys/bus/pci/devices/0000:05:00.0"))
+    with host_for(node) as host:
+        before = devices(host)
+        (pci / "current_compute_partition").write_text("UNKNOWN\n")
+        assert devices(host).keys() == before.keys()
+        (pci / "current_compute_partition").unlink()  # unreadable
+        (pci / "current_memory_partition").unlink()
+        during = devices(host)
+    assert during.keys() == before.keys(), "partition devices renamed"
+    attrs = {k: v.value for k, v in during[GPU0].attributes.items()}
+    assert attrs["computePartition"] == "cpx"
+    assert "memoryPartition" not in attrs
+    assert "partitionProfile" not in attrs
+
+
 def test_partitions_off_publishes_whole_gpus_only(build: Callable[..., SimNode]) -> None:
     with host_for(build(cpx=("0000:05:00.0",)), partitions=False) as host:
         assert len(devices(host)) == 8

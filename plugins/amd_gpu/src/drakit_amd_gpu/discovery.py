@@ -162,6 +162,32 @@ def _ras(pci: Path) -> tuple[dict[str, int], tuple[str, ...]]:
     return out, tuple(unreadable)
 
 
+def _mode(text: str | None) -> str | None:
+    """A partition mode file's value (``CPX``), ``None`` when unreadable or ``UNKNOWN``.
+
+    amdgpu refuses both mode files while it resets the GPU (``-EPERM``) and may answer
+    ``UNKNOWN`` (amdgpu_gfx.c, amdgpu_gfx_get_current_compute_partition).
+    """
+    mode = (text or "").upper()
+    return mode if mode and mode != "UNKNOWN" else None
+
+
+_MODES_BY_COUNT = {1: "SPX", 2: "DPX", 3: "TPX", 4: "QPX"}
+
+
+def _mode_of(nodes: tuple[KfdNode, ...]) -> str | None:
+    """The compute partition mode KFD's nodes of one GPU show (what the mode file would say).
+
+    One node per partition: one is SPX, two DPX, three TPX, four QPX, more with one XCC each
+    CPX. Partition devices are named after the mode, so a mode file amdgpu refuses for a while
+    does not rename them.
+    """
+    mode = _MODES_BY_COUNT.get(len(nodes))
+    if mode is None and nodes and all(n.xcc == 1 for n in nodes):
+        mode = "CPX"
+    return mode
+
+
 def read_amd_gpus(root: Path) -> list[AmdGpu]:
     """Every AMD GPU bound to amdgpu under ``root``, in PCI order."""
     kfd = _kfd_nodes(root)
@@ -171,20 +197,21 @@ def read_amd_gpus(root: Path) -> list[AmdGpu]:
         if fn.driver != "amdgpu" or fn.class_code >> 16 not in _GPU_BASE_CLASSES:
             continue
         pci = Path(os.path.realpath(root / "sys/bus/pci/devices" / fn.bdf))
-        compute = _read(pci / "current_compute_partition")
-        memory = _read(pci / "current_memory_partition")
+        nodes = tuple(kfd.get(fn.bdf, ()))
+        compute = _mode(_read(pci / "current_compute_partition")) or _mode_of(nodes)
+        memory = _mode(_read(pci / "current_memory_partition"))
         ras, ras_unreadable = _ras(pci)
         out.append(
             AmdGpu(
                 fn=fn,
                 product_name=_read(pci / "product_name") or None,
                 vram_bytes=_int(_read(pci / "mem_info_vram_total")),
-                compute_partition=compute.upper() if compute else None,
-                memory_partition=memory.upper() if memory else None,
+                compute_partition=compute,
+                memory_partition=memory,
                 card=_drm(pci, "card"),
                 render_minor=_drm(pci, "renderD"),
                 driver_version=version,
-                nodes=tuple(kfd.get(fn.bdf, ())),
+                nodes=nodes,
                 ras_uncorrectable=ras,
                 ras_unreadable=ras_unreadable,
             )
