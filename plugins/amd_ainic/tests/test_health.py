@@ -51,3 +51,10 @@ def test_link_carrier_and_rdma_port_transitions() -> None:
         set_rdma_port(node.root, "ionic_3", active=True)
         set_rdma_port(node.root, "rocep24s0v2", active=True)
         assert {h for h, _ in states().values()} == {"Healthy"}
+
+        # a driver that does not set the operational state shows "unknown": not a fault
+        (node.root / "sys/class/net/enp64s0/operstate").write_text("unknown\n")
+        assert states()["ainic-1"][0] == "Healthy"
+        (node.root / "sys/class/net/enp64s0/operstate").write_text("lowerlayerdown\n")
+        assert states()["ainic-1"] == ("Unhealthy", "enp64s0: link lowerlayerdown")
+        set_link(node.root, "enp64s0", up=True)

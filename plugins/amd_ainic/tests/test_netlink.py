@@ -7,6 +7,7 @@ kernel's refusal; MTU and channel counts are really set and read back.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -14,8 +15,13 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
+
+from drakit.errors import PermanentError, RetryableError
+from drakit_amd_ainic.netlink import Pyroute2Netlink
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None,
@@ -108,3 +114,30 @@ def test_pyroute2_seam_sets_mtu_and_channels_and_reports_refusals(netns: str) ->
     for key in ("gone", "gone_channels"):
         assert got[key] == ["RetryableError", "netdev nope0 is not in this network namespace"]
     assert got["mtu_after_close"] == 1500
+
+
+class _Refusing:
+    """An rtnetlink socket whose every request the kernel answers with ``code``."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def link(self, *args: object, **kwargs: object) -> None:
+        raise NetlinkError(self.code, os.strerror(self.code))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [(errno.EBUSY, RetryableError), (errno.EAGAIN, RetryableError), (errno.EINVAL, PermanentError)],
+)
+def test_a_busy_device_is_tried_again_and_a_refusal_fails_the_claim(
+    code: int, kind: type[Exception]
+) -> None:
+    """ionic answers EBUSY while its firmware resets and EAGAIN while an operation is pending."""
+    nl = Pyroute2Netlink()
+    nl._ip = _Refusing(code)  # the socket pyroute2 would have opened
+    with pytest.raises(kind, match=r"^eth7: "):
+        nl.set_mtu("eth7", Path("/unused"), 1500)

@@ -126,6 +126,33 @@ def test_shares_get_their_own_vf_created_on_demand_and_removed_when_idle() -> No
         assert node.kernel.refused == []
 
 
+def test_a_vf_renamed_after_it_was_first_read_is_prepared_under_its_new_names() -> None:
+    """udev renames a new VF's netdev and RDMA device: the next share uses the new names."""
+    with ainic_node("h200-8gpu-8ainic-sriov", default_mode="shared") as node:
+        a = node.add("a", [("nic", "ainic-1", SHARE)])
+        assert not node.prepare(a)[a.uid].error
+        env = node.env(a)
+        old_if = next(v for k, v in env.items() if k.endswith("_IFNAME"))
+        old_ib = next(v for k, v in env.items() if k.endswith("_RDMA_DEVICE"))
+        vf = Path(os.path.realpath(node.root / "sys/class/net" / old_if / "device"))
+        assert not node.unprepare(a)[a.uid].error
+        cls = node.root / "sys/class"
+        for kind, old, new in (("net", old_if, "renamed0"), ("infiniband", old_ib, "renamed_ib0")):
+            (vf / kind / old).rename(vf / kind / new)
+            (cls / kind / old).unlink()
+            (cls / kind / new).symlink_to(os.path.relpath(vf / kind / new, cls / kind))
+        (vf / "infiniband_verbs").iterdir().__next__().joinpath("ibdev").write_text("renamed_ib0\n")
+        b = node.add("b", [("nic", "ainic-1", SHARE)])
+        res = node.prepare(b)
+        assert not res[b.uid].error, res
+        env = node.env(b)
+        assert next(v for k, v in env.items() if k.endswith("_IFNAME")) == "renamed0"
+        assert next(v for k, v in env.items() if k.endswith("_RDMA_DEVICE")) == "renamed_ib0"
+        queues = {q for q in os.listdir(vf / "net/renamed0/queues") if q.startswith("rx-")}
+        assert len(queues) == int(SHARE["queues"]), "the share's queues set on the new name"
+        assert not node.unprepare(b)[b.uid].error
+
+
 def test_preexisting_vfs_are_never_removed() -> None:
     with ainic_node("h200-8gpu-8ainic-sriov", default_mode="shared") as node:
         pf = pf_bdf(node, "ainic-1")

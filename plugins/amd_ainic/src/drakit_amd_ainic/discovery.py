@@ -64,8 +64,13 @@ class LinkState:
     port_state: str | None
 
     def problem(self) -> str:
-        """Empty when healthy; else why not (``link down``, ``RDMA port ionic_0/1 DOWN``)."""
-        if self.operstate is not None and self.operstate != "up":
+        """Empty when healthy; else why not (``link down``, ``RDMA port ionic_0/1 DOWN``).
+
+        ``unknown`` is no problem: the kernel shows it for a driver that does not set the
+        operational state, and such a netdev carries traffic (Documentation/networking/
+        operstates.rst); its carrier and RDMA port still tell.
+        """
+        if self.operstate is not None and self.operstate not in ("up", "unknown"):
             return f"link {self.operstate}"
         if self.carrier is False:
             return "carrier lost"

@@ -35,6 +35,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_BUSY = frozenset({errno.EBUSY, errno.EAGAIN})
+"""What ionic answers while its firmware resets or another operation is pending: try again."""
+
 SIM_MARKER = Path("drakit-sim") / "machine.json"
 TREE_DIR = Path("drakit-sim") / "netlink"
 
@@ -192,6 +195,8 @@ class Pyroute2Netlink:
             except NetlinkError as e:
                 if e.code == errno.ENODEV:
                     raise RetryableError(f"netdev {ifname} is not in this network namespace") from e
+                if e.code in _BUSY:
+                    raise RetryableError(f"{ifname}: the device is busy ({e}); {what} later") from e
                 raise PermanentError(f"{ifname}: the kernel refused {what}: {e}") from e
             except OSError as e:  # the socket, not the kernel's answer: open a new one
                 self._close()
@@ -245,6 +250,10 @@ class Pyroute2Netlink:
             except OSError as e:  # the kernel's answer to the ioctl, or a broken socket
                 if e.errno == errno.EBADF:
                     self._close()
+                if e.errno in _BUSY:
+                    raise RetryableError(
+                        f"{ifname}: the device is busy ({e.strerror}); {count} channels later"
+                    ) from e
                 raise PermanentError(
                     f"{ifname}: cannot set {count} channels: {e.strerror or e}"
                 ) from e

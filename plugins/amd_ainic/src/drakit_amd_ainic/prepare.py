@@ -82,6 +82,13 @@ def _int_file(path: str) -> int | None:
         os.close(fd)
 
 
+def _names_hold(fn: NicFunction) -> bool:
+    """Whether ``fn``'s netdev and RDMA device still have the names they were read with."""
+    if fn.ifname is None or not os.path.isdir(f"{fn.dir}/net/{fn.ifname}"):
+        return False
+    return fn.rdma_device is None or os.path.isdir(f"{fn.dir}/infiniband/{fn.rdma_device}")
+
+
 def _whole(q: str, where: str, what: str) -> int:
     if q.isdigit() and q.isascii() and int(q) > 0:  # what the scheduler writes ("4")
         return int(q)
@@ -271,9 +278,17 @@ class Preparer:
         return self._live_vfs(pub.nic)
 
     def _vf(self, plan: _Plan, index: int, bdf: str) -> NicFunction:
-        """The VF as it was first read (its identity and the values unprepare restores)."""
+        """The VF as it was first read (its identity and the values unprepare restores).
+
+        Read again when its netdev or RDMA device is no longer under that name: the kernel
+        names a new VF's netdev ``eth<N>`` and its RDMA device ``ionic_<N>``, and udev renames
+        both just after ``sriov_numvfs`` returns (rdma-core's ``rdma_rename``), so what was read
+        right after a pool was created may be gone by the next prepare.
+        """
         key = (plan.pub.nic.pf.bdf, index, bdf)
         vf = self._vf_cache.get(key)
+        if vf is not None and not _names_hold(vf):
+            vf = None
         if vf is None:
             vf = read_vf(self.root, plan.pub.nic, index, bdf)
             if vf is None:

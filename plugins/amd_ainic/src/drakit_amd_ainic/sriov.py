@@ -5,10 +5,14 @@ before enabling"), may enable fewer VFs than asked, and creates the VF functions
 asynchronously from the writer's point of view (probe, then udev; the RDMA auxiliary driver
 after the netdev). So: write ``0`` first when needed, write ``N``, re-read the file, and wait
 until ``virtfn<i>``, each bound VF's netdev and, on an RDMA-capable PF, its uverbs node exist.
+A VF's RDMA device is its own firmware's choice (ionic_aux.c adds one only to a LIF with the
+RDMA capability), so once every netdev is there the uverbs nodes get ``RDMA_GRACE`` seconds;
+VFs still without one are used without RDMA.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -17,18 +21,21 @@ from drakit.errors import RetryableError
 
 __all__ = ["set_numvfs"]
 
+log = logging.getLogger(__name__)
+
 _POLL = 0.01
+RDMA_GRACE = 2.0
+"""Seconds the VFs' uverbs nodes are waited for once every VF's netdev is there."""
 
 
 def _virtfns(pf_dir: Path) -> list[str]:
     return [n for n in os.listdir(pf_dir) if n.startswith("virtfn")]
 
 
-def _ready(pf_dir: Path, n: int) -> bool:
+def _ready(pf_dir: Path, n: int, *, rdma: bool) -> bool:
     links = _virtfns(pf_dir)
     if len(links) != n:
         return False
-    rdma = (pf_dir / "infiniband").is_dir()
     for link in links:
         vf = pf_dir / link
         if not (vf / "driver").is_symlink():
@@ -49,8 +56,21 @@ def _write(pf_dir: Path, n: int) -> None:
 
 def _wait(pf_dir: Path, n: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while not _ready(pf_dir, n):
-        if time.monotonic() > deadline:
+    rdma = (pf_dir / "infiniband").is_dir()
+    netdevs_since: float | None = None  # when every VF's netdev was first seen there
+    while not _ready(pf_dir, n, rdma=rdma):
+        now = time.monotonic()
+        if rdma and _ready(pf_dir, n, rdma=False):
+            netdevs_since = now if netdevs_since is None else netdevs_since
+            if now - netdevs_since >= RDMA_GRACE:
+                log.warning(
+                    "%s: VFs without an RDMA device %gs after their netdevs; using them "
+                    "without RDMA (does the firmware give its VFs RDMA?)",
+                    pf_dir.name,
+                    RDMA_GRACE,
+                )
+                return
+        if now > deadline:
             have = len(_virtfns(pf_dir))
             raise RetryableError(
                 f"{pf_dir.name}: {have} VFs after {timeout:g}s, expected {n} (sriov_numvfs "

@@ -180,11 +180,19 @@ def _walk(fns: tuple[PciDeviceSpec, ...]) -> list[PciDeviceSpec]:
 
 
 def ainic_machine(
-    name: str, cpu: CpuSpec, *, pfs: int, vfs: int, total_vfs: int | None = None
+    name: str,
+    cpu: CpuSpec,
+    *,
+    pfs: int,
+    vfs: int,
+    total_vfs: int | None = None,
+    vf_rdma: bool = True,
 ) -> MachineSpec:
     """A machine with ``pfs`` Pollara PFs (one root each) and ``vfs`` VFs per PF, for scale.
 
     Used by benchmarks (16 PFs x 128 VFs); the named profiles carry the realistic layouts.
+    ``vf_rdma=False``: the VFs get netdevs but no RDMA device (firmware whose VF LIFs lack the
+    RDMA capability: ionic_aux.c adds no RDMA device for them).
     """
     roots = []
     for i in range(pfs):
@@ -206,7 +214,7 @@ def ainic_machine(
                 vf_device=_IONIC_VF,
                 vf_driver="ionic",
                 vf_queues=4,
-                vf_rdma=True,
+                vf_rdma=vf_rdma,
             ),
         )
         rp = PciDeviceSpec(
