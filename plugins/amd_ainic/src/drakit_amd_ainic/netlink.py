@@ -196,7 +196,9 @@ class Pyroute2Netlink:
                 if e.code == errno.ENODEV:
                     raise RetryableError(f"netdev {ifname} is not in this network namespace") from e
                 if e.code in _BUSY:
-                    raise RetryableError(f"{ifname}: the device is busy ({e}); {what} later") from e
+                    raise RetryableError(
+                        f"{ifname}: busy, {what} not set yet ({e}); the claim is retried"
+                    ) from e
                 raise PermanentError(f"{ifname}: the kernel refused {what}: {e}") from e
             except OSError as e:  # the socket, not the kernel's answer: open a new one
                 self._close()
@@ -252,7 +254,8 @@ class Pyroute2Netlink:
                     self._close()
                 if e.errno in _BUSY:
                     raise RetryableError(
-                        f"{ifname}: the device is busy ({e.strerror}); {count} channels later"
+                        f"{ifname}: busy, {count} channels not set yet ({e.strerror}); the "
+                        "claim is retried"
                     ) from e
                 raise PermanentError(
                     f"{ifname}: cannot set {count} channels: {e.strerror or e}"
