@@ -32,19 +32,25 @@ def _virtfns(pf_dir: Path) -> list[str]:
     return [n for n in os.listdir(pf_dir) if n.startswith("virtfn")]
 
 
-def _ready(pf_dir: Path, n: int, *, rdma: bool) -> bool:
+_MISSING, _NETDEVS, _READY = 0, 1, 2
+"""How far the VFs are: not all there (or a netdev missing), netdevs only, everything."""
+
+
+def _progress(pf_dir: Path, n: int, *, rdma: bool) -> int:
+    """:data:`_READY` once ``n`` VFs, their netdevs and (``rdma``) their uverbs nodes exist."""
     links = _virtfns(pf_dir)
     if len(links) != n:
-        return False
+        return _MISSING
+    out = _READY
     for link in links:
         vf = pf_dir / link
         if not (vf / "driver").is_symlink():
             continue  # unbound: no netdev to wait for
         if not (vf / "net").is_dir():
-            return False  # bound to a driver but its netdev is not there yet
+            return _MISSING  # bound to a driver but its netdev is not there yet
         if rdma and not any((vf / "infiniband_verbs").glob("uverbs*/ibdev")):
-            return False  # ionic_rdma binds after ionic: its uverbs node comes last
-    return True
+            out = _NETDEVS  # ionic_rdma binds after ionic: its uverbs node comes last
+    return out
 
 
 def _write(pf_dir: Path, n: int) -> None:
@@ -58,9 +64,9 @@ def _wait(pf_dir: Path, n: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     rdma = (pf_dir / "infiniband").is_dir()
     netdevs_since: float | None = None  # when every VF's netdev was first seen there
-    while not _ready(pf_dir, n, rdma=rdma):
+    while (progress := _progress(pf_dir, n, rdma=rdma)) != _READY:
         now = time.monotonic()
-        if rdma and _ready(pf_dir, n, rdma=False):
+        if progress == _NETDEVS:
             netdevs_since = now if netdevs_since is None else netdevs_since
             if now - netdevs_since >= RDMA_GRACE:
                 log.warning(
