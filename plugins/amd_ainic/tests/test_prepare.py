@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from drakit.models import AllocatedDevice, ClaimInfo
+from drakit.config import DrakitSettings
+from drakit.demo import InMemoryClaims
+from drakit.inventory import build_inventory
+from drakit.models import AllocatedDevice, ClaimInfo, ClaimRef, NodeInfo
+from drakit.pluginhost import PluginHost
+from drakit.sim import build_profile, get_profile
+from drakit.state import DriverState
 from drakit.strategy_models import SelectionRequest
 from drakit_amd_ainic.ledger import Ledger
-from drakit_amd_ainic.sim import vf_settings
+from drakit_amd_ainic.sim import SriovKernel, vf_settings
 from drakit_amd_ainic.strategies import least_loaded
 
 from .conftest import DRIVER, NODE, AinicNode, ainic_node, nic_config
@@ -286,3 +294,90 @@ def test_the_ledger_is_read_once_and_a_failed_write_is_not_kept_in_memory() -> N
         res = node.unprepare(a, b, c)
         assert not any(r.error for r in res.values()), res
         assert Ledger(ledger.dir).load().assignments == []
+
+
+def test_after_a_reboot_the_ledger_is_void_and_every_share_is_prepared_again(
+    tmp_path: Path,
+) -> None:
+    """A reboot takes every VF and its settings: nothing the ledger held then is held now.
+
+    The kubelet prepares every claim again after a reboot (the checkpoint demotes them). A
+    ledger from the boot before still listed their VFs, so the first re-prepared share found
+    its on-demand pool gone and "in use" by the others, and none of them could create it again.
+    """
+    root = build_profile("h200-8gpu-8ainic", tmp_path / "root")
+    boot = root / "proc/sys/kernel/random/boot_id"
+    boot.parent.mkdir(parents=True, exist_ok=True)
+    boot.write_text("boot-1\n")
+    settings = DrakitSettings(
+        sysfs_root=root,
+        node_name=NODE,
+        plugins={
+            "amd_ainic": {
+                "state_dir": str(tmp_path / "ledger"),
+                "default_mode": "shared",
+                "vf_limit": 2,
+            }
+        },
+    )
+    claims = InMemoryClaims()
+
+    def start(boot_id: str) -> DriverState:  # a fresh node process: nothing in memory
+        host = PluginHost(settings, NodeInfo(name=NODE, sysfs_root=str(root)))
+        build_inventory(host)
+        return DriverState(
+            DRIVER,
+            host,
+            claims,
+            state_dir=tmp_path / "state",
+            cdi_dir=tmp_path / "cdi",
+            boot_id=boot_id,
+        )
+
+    def share(name: str) -> ClaimRef:
+        uid = str(uuid.uuid4())
+        result = {
+            "request": "nic",
+            "driver": DRIVER,
+            "pool": NODE,
+            "device": "ainic-0",
+            "consumedCapacity": SHARE,
+            "shareID": uuid.uuid4().hex[:8],
+        }
+        claims.add(
+            {
+                "metadata": {"namespace": "ns", "name": name, "uid": uid},
+                "status": {"allocation": {"devices": {"results": [result], "config": []}}},
+            }
+        )
+        return ClaimRef(namespace="ns", name=name, uid=uid)
+
+    with SriovKernel(get_profile("h200-8gpu-8ainic"), root) as kernel:
+        state = start("boot-1")
+        refs = [share("a"), share("b")]
+        assert [r.error for r in state.prepare(refs).values()] == ["", ""]
+        pf = state.prepared_claims()[refs[0].uid].prepared["amd_ainic"][0].state["pf"]
+        pf_dir = (root / "sys/bus/pci/devices" / pf).resolve()
+        assert len(list(pf_dir.glob("virtfn*"))) == 2
+        state.close()
+        # the reboot: the kernel starts without VFs, the CDI specs (tmpfs) are gone
+        (pf_dir / "sriov_numvfs").write_text("0\n")
+        deadline = time.monotonic() + 10
+        while list(pf_dir.glob("virtfn*")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not list(pf_dir.glob("virtfn*"))
+        (root / "drakit-sim/netlink" / f"{pf}.json").unlink()
+        for spec in (tmp_path / "cdi").iterdir():
+            spec.unlink()
+        boot.write_text("boot-2\n")
+        state = start("boot-2")
+        got = state.prepare(refs)
+        assert [r.error for r in got.values()] == ["", ""], got
+        assert len(list(pf_dir.glob("virtfn*"))) == 2, "the pool is created on demand again"
+        vfs = {state.prepared_claims()[r.uid].prepared["amd_ainic"][0].state["vf"] for r in refs}
+        assert vfs == {0, 1}
+        assert [r.error for r in state.unprepare(refs).values()] == ["", ""]
+        assert not list(pf_dir.glob("virtfn*")), "and removed once idle"
+        assert Ledger(tmp_path / "ledger").load().on_demand == {}
+        assert kernel.refused == []
+        state.close()

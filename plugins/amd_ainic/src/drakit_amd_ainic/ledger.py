@@ -9,12 +9,18 @@ The file is read once, on first use, and kept in memory after: the node process 
 writer, so the copy in memory is what the file holds. A failed write, or a prepare that fails
 part-way (its changes in memory not yet written), drops the copy (:meth:`Ledger.forget`) so the
 next use reads the file again: the file, never an unsaved change, is the truth.
+
+What the ledger records lasts one boot: a reboot takes every VF with its settings, so the VFs
+that exist after it were made by whoever creates them at boot, not on demand by this backend,
+and no claim holds one yet (the kubelet prepares every claim again). The file records the
+kernel's boot ID; a ledger written in another boot is read as empty.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -23,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from drakit.errors import RetryableError
 
 __all__ = ["Assignment", "Ledger", "LedgerData"]
+
+log = logging.getLogger(__name__)
 
 FILE = "vf-ledger.json"
 
@@ -53,13 +61,21 @@ class LedgerData(BaseModel):
     on_demand: dict[str, int] = Field(
         default_factory=dict, description="PF BDF -> sriov_numvfs to restore when idle"
     )
+    boot_id: str = Field(
+        default="", description="The kernel's boot ID when written (empty: not known)"
+    )
 
 
 class Ledger:
-    """Load and save :class:`LedgerData` under ``directory`` (callers serialise access)."""
+    """Load and save :class:`LedgerData` under ``directory`` (callers serialise access).
 
-    def __init__(self, directory: Path) -> None:
+    ``boot_id`` is the kernel's boot ID now (empty when unknown: then every file is taken as
+    written in this boot).
+    """
+
+    def __init__(self, directory: Path, boot_id: str = "") -> None:
         self.dir = directory
+        self.boot_id = boot_id
         self.path = directory / FILE
         self._tmp = directory / f".{FILE}.tmp"
         self._data: LedgerData | None = None
@@ -83,16 +99,29 @@ class Ledger:
         except OSError as e:
             raise RetryableError(f"cannot read the VF ledger {self.path}: {e.strerror}") from e
         try:
-            return LedgerData.model_validate(json.loads(raw))
+            data = LedgerData.model_validate(json.loads(raw))
         except (ValueError, ValidationError) as e:
             raise RetryableError(
                 f"the VF ledger {self.path} is corrupt ({e}); stop the node process and move "
                 "it away to start afresh (VFs it recorded keep their settings until their "
                 "claims are unprepared)"
             ) from e
+        if data.boot_id and self.boot_id and data.boot_id != self.boot_id:
+            log.warning(
+                "the node rebooted since the VF ledger was written (boot %s -> %s): its %d VF "
+                "assignment(s) and the on-demand pools of %s went with the VFs; starting afresh",
+                data.boot_id,
+                self.boot_id,
+                len(data.assignments),
+                ", ".join(sorted(data.on_demand)) or "no PF",
+            )
+            return LedgerData(boot_id=self.boot_id)
+        return data
 
     def save(self, data: LedgerData) -> None:
         """Replace the file atomically (fixed temp name: callers hold the backend's lock)."""
+        if self.boot_id:
+            data.boot_id = self.boot_id
         try:
             self._write(data.model_dump_json().encode())
         except OSError as e:

@@ -35,6 +35,14 @@ from drakit_amd_ainic.strategies import LEAST_LOADED, least_loaded
 __all__ = ["AmdAinicPlugin", "AmdAinicSettings"]
 
 
+def boot_id(root: Path) -> str:
+    """The kernel's boot ID under ``root`` (``proc/sys/kernel/random/boot_id``); "" if unread."""
+    try:
+        return (root / "proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
 @dataclass(frozen=True)
 class _View:
     """One discovery round, swapped in whole (prepare and health read one snapshot)."""
@@ -56,7 +64,7 @@ class AmdAinicPlugin:
             self.root,
             self.settings,
             netlink_for(self.settings.netlink, self.root),
-            Ledger(Path(self.settings.state_dir)),
+            Ledger(Path(self.settings.state_dir), boot_id(self.root)),
             context.select,
         )
         self._view = _View(published={})
