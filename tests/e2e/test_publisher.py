@@ -25,6 +25,7 @@ from tests.e2e.controlplane import ControlPlane, wait_for
 from tests.e2e.nodeproc import Proxy, kubeconfig_via
 
 from drakit.config import DrakitSettings
+from drakit.errors import RetryableError
 from drakit.inventory import build_inventory
 from drakit.kube import KubeClient
 from drakit.models import CounterConsumption, CounterSet, Device
@@ -306,6 +307,43 @@ def test_unreachable_api_server_backs_off_and_recovers(
             assert time.monotonic() - back < 40
     finally:
         via_proxy.close()
+
+
+def test_the_first_successful_sync_calls_back_once(
+    control_plane: ControlPlane,
+    kube: KubeClient,
+    node: dict[str, Any],
+    proxy: Proxy,
+    tmp_path: Path,
+) -> None:
+    """``on_first_sync`` (drakit node trims its C heap there) runs once, after a sync that
+    succeeded, never after a failed one; a callback that raises does not fail the sync."""
+    name = node["metadata"]["name"]
+    pools = pools_for(name, [gpu(i) for i in range(2)], [])
+    via_proxy = KubeClient.from_kubeconfig(
+        kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
+    )
+    calls: list[int] = []
+    pub = publisher(via_proxy, node, lambda: pools, on_first_sync=lambda: calls.append(1))
+    try:
+        proxy.stop()
+        with pytest.raises(RetryableError):
+            pub.sync_once()
+        assert calls == []
+        proxy.start()
+        pub.sync_once()
+        pub.sync_once()
+        assert calls == [1]
+    finally:
+        via_proxy.close()
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    again = publisher(kube, node, lambda: pools, on_first_sync=boom)
+    again.sync_once()
+    assert again.synced
+    assert last_error(again) is None
 
 
 def test_thousand_device_pool_is_split_and_accepted(

@@ -55,7 +55,8 @@ def _return_free_heap() -> None:
     """Give the C heap's free pages back to the kernel (glibc's ``malloc_trim``).
 
     Start-up (imports, plugin loading, the first discovery round, building a simulated tree)
-    frees megabytes that glibc keeps mapped; a node then runs for weeks at that size. Where
+    and the first publish frees megabytes that glibc keeps mapped; a node then runs for weeks
+    at that size. Called at the end of start-up and after the first publish. Where
     the C library has no ``malloc_trim`` (musl), nothing is done.
     """
     with suppress(OSError, AttributeError):
@@ -188,6 +189,9 @@ class Node:
                 drivers=set(self.states),
                 interval=s.discovery.interval,
                 owner_node_uid=(node or {}).get("metadata", {}).get("uid"),
+                # the first publish (discovery, rendering, the LIST and the writes) frees what
+                # the start-up's own trim could not yet give back
+                on_first_sync=_return_free_heap if self._daemon else None,
             )
             publisher = self.publisher
             self._the_host().dropped_fields = publisher.dropped_fields

@@ -181,6 +181,9 @@ class ResourceSlicePublisher:
         settle: Seconds to wait after a watch event before resyncing (coalesces bursts).
         watch_timeout: Seconds a single watch request lasts before it is renewed.
         record_events: Record a Warning Event on the Node when fields are dropped.
+        on_first_sync: Called once, on the publishing thread, after the first sync that
+            succeeded (``drakit node`` gives the start-up's freed C heap back then); an error it
+            raises is logged, never raised.
     """
 
     def __init__(
@@ -197,6 +200,7 @@ class ResourceSlicePublisher:
         settle: float = 0.1,
         watch_timeout: int = 300,
         record_events: bool = True,
+        on_first_sync: Callable[[], None] | None = None,
     ) -> None:
         if not drivers:
             raise ValueError("drivers must name at least one driver")
@@ -212,6 +216,7 @@ class ResourceSlicePublisher:
         self.settle = settle
         self.watch_timeout = watch_timeout
         self._record_events = record_events
+        self._on_first_sync = on_first_sync
 
         self._lock = threading.Lock()
         self._cond = threading.Condition()
@@ -324,6 +329,12 @@ class ResourceSlicePublisher:
             self.synced = True
             self.last_sync = time.time()
             self.last_error = next(iter(self._dropped.values()), None)
+            if self._on_first_sync is not None:
+                callback, self._on_first_sync = self._on_first_sync, None
+                try:
+                    callback()
+                except Exception:
+                    logger.exception("the first-sync callback failed")
             if errors:
                 raise errors[0]
             return result
