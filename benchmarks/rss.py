@@ -1,8 +1,10 @@
-"""Resident memory of a drakit node process with all four backends.
+"""Resident memory of a drakit node process with four backends (cpu, GPU, AINIC, composite).
 
-With ``--cluster`` the process is the real ``drakit node`` command (the console script of this
-environment, what ``uv run drakit node`` executes) against the benchmark's control plane, on the
-``h200-8gpu-8ainic`` profile. Without it, ``benchmarks/node_child.py`` starts
+The backends are named (``BACKENDS``), not left to the defaults, so that the figure keeps
+measuring the same node when the defaults grow (``amd_gpu`` joined them after the recorded
+runs). With ``--cluster`` the process is the real ``drakit node`` command (the console script
+of this environment, what ``uv run drakit node`` executes) against the benchmark's control
+plane, on the ``h200-8gpu-8ainic`` profile. Without it, ``benchmarks/node_child.py`` starts
 :class:`drakit.node.Node` with :class:`drakit.demo.InMemoryClaims` instead (no Kubernetes
 client, no publisher); the figure names say which one was measured.
 
@@ -15,6 +17,7 @@ nothing (``python -c`` waiting on stdin), started in the same run.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["proc_status_kib", "run_rss"]
 
 BENCH_DIR = Path(__file__).resolve().parent
+BACKENDS = ("cpu", "nvidia_gpu", "amd_ainic", "composite")
+"""The backends of the measured node (the recorded runs' defaults)."""
 
 
 def proc_status_kib(pid: int) -> dict[str, int]:
@@ -92,7 +97,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: fl
 
 
 def run_rss(report: Report, cp: ControlPlane | None, settle: float) -> None:
-    """Figure 4: VmRSS/VmHWM of a node process with all four backends."""
+    """Figure 4: VmRSS/VmHWM of a node process with the four ``BACKENDS``."""
     bare = [_bare_python_rss() for _ in range(3)]
     report.baseline(
         Baseline(
@@ -112,9 +117,13 @@ def run_rss(report: Report, cp: ControlPlane | None, settle: float) -> None:
             name = "bench-rss"
             cp.create_node(name)
             (root / "kubelet" / "plugins_registry").mkdir(parents=True)
+            config = root / "drakit.yaml"
+            config.write_text(json.dumps({"plugins": {name: {} for name in BACKENDS}}))
             argv = [
                 _drakit_exe(),
                 "node",
+                "--config",
+                str(config),
                 "--kubeconfig",
                 str(cp.kubeconfig),
                 "--profile",
@@ -132,7 +141,13 @@ def run_rss(report: Report, cp: ControlPlane | None, settle: float) -> None:
             ]
             what = "`drakit node` (real API server, publisher on)"
         else:
-            argv = [sys.executable, str(BENCH_DIR / "node_child.py"), str(root), str(port)]
+            argv = [
+                sys.executable,
+                str(BENCH_DIR / "node_child.py"),
+                str(root),
+                str(port),
+                ",".join(BACKENDS),
+            ]
             what = "Node(claims=InMemoryClaims()) subprocess (no cluster, no publisher)"
         with log.open("wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
