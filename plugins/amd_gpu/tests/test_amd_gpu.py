@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shutil
 from collections.abc import Callable
@@ -206,6 +207,32 @@ def test_a_gpu_missing_from_kfd_is_unhealthy(build: Callable[..., SimNode]) -> N
     assert report[GPU0].health == "Unhealthy"
     assert "missing from the KFD topology" in report[GPU0].message
     assert [t.value for t in found[GPU0].taints] == ["kfd"]
+
+
+def test_kfd_nodes_the_kernel_refuses_say_how_to_fix_it(
+    build: Callable[..., SimNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """amdkfd answers a GPU node's properties with EPERM outside the GPU's device cgroup."""
+    node = build()
+    refused = node.root / "sys/class/kfd/kfd/topology/nodes/2/properties"  # the first GPU
+    read_text = Path.read_text
+
+    def kernel(path: Path, *args: Any, **kwargs: Any) -> str:
+        if path == refused:
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", kernel)
+    with host_for(node) as host:
+        found = devices(host)
+        report = {h.device: h for h in host.health()["amd_gpu"]}
+    assert report[GPU0].health == "Unhealthy"
+    assert "refused this process 1 GPU node(s) (EPERM)" in report[GPU0].message
+    assert "privileged" in report[GPU0].message
+    assert [t.value for t in found[GPU0].taints] == ["kfd"]
+    others = [h for d, h in report.items() if d.startswith("gpu-") and d != GPU0]
+    assert len(others) == 7
+    assert {h.health for h in others} == {"Healthy"}
 
 
 def test_partitions_stop_when_the_api_server_drops_consumes_counters(

@@ -60,6 +60,9 @@ class AmdGpu:
     """RAS blocks whose ``<block>_err_count`` shows no ``ue`` count: amdgpu answers
     ``Query currently inaccessible`` while it recovers the GPU, and ``EINVAL`` when the query
     fails (amdgpu_ras.c, amdgpu_ras_sysfs_read)."""
+    kfd_refused: int = 0
+    """KFD topology nodes of the machine whose ``properties`` the kernel refused (``EPERM``):
+    they cannot be joined to their GPUs (see :func:`_kfd_nodes`)."""
 
     @property
     def partitioned(self) -> bool:
@@ -93,9 +96,16 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _properties(path: Path) -> dict[str, int]:
+def _properties(path: Path) -> dict[str, int] | None:
+    """``key value`` lines as ints; ``None`` when the kernel refuses the read (EPERM)."""
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except PermissionError:
+        return None
+    except OSError:
+        return {}
     out = {}
-    for line in (_read(path) or "").splitlines():
+    for line in text.splitlines():
         key, _, value = line.partition(" ")
         v = _int(value.strip())
         if v is not None:
@@ -103,19 +113,28 @@ def _properties(path: Path) -> dict[str, int]:
     return out
 
 
-def _kfd_nodes(root: Path) -> dict[str, list[KfdNode]]:
-    """BDF (function 0) -> its KFD GPU nodes, by render minor."""
+def _kfd_nodes(root: Path) -> tuple[dict[str, list[KfdNode]], int]:
+    """BDF (function 0) -> its KFD GPU nodes, by render minor; and how many nodes refused.
+
+    amdkfd answers a GPU node's ``properties`` with ``EPERM`` to a process whose device cgroup
+    does not let it open the GPU's render node (``kfd_topology.c``, ``node_show``); such a node
+    cannot be joined to its GPU, so it is counted instead.
+    """
     nodes_dir = root / "sys/class/kfd/kfd/topology/nodes"
     out: dict[str, list[KfdNode]] = {}
+    refused = 0
     if not nodes_dir.is_dir():
-        return out
+        return out, refused
     for entry in sorted(nodes_dir.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
         props = _properties(entry / "properties")
+        if props is None:
+            refused += 1
+            continue
         if props.get("cpu_cores_count", 0) or not props.get("simd_count"):
             continue
         loc, domain = props.get("location_id", 0), props.get("domain", 0)
         bdf = f"{domain:04x}:{(loc >> 8) & 0xFF:02x}:{(loc >> 3) & 0x1F:02x}.0"
-        bank = _properties(entry / "mem_banks/0/properties")
+        bank = _properties(entry / "mem_banks/0/properties") or {}
         per_cu = props.get("simd_per_cu") or 4
         out.setdefault(bdf, []).append(
             KfdNode(
@@ -129,7 +148,7 @@ def _kfd_nodes(root: Path) -> dict[str, list[KfdNode]]:
         )
     for nodes in out.values():
         nodes.sort(key=lambda n: n.render_minor)
-    return out
+    return out, refused
 
 
 def _drm(pci: Path, prefix: str) -> int | None:
@@ -190,7 +209,7 @@ def _mode_of(nodes: tuple[KfdNode, ...]) -> str | None:
 
 def read_amd_gpus(root: Path) -> list[AmdGpu]:
     """Every AMD GPU bound to amdgpu under ``root``, in PCI order."""
-    kfd = _kfd_nodes(root)
+    kfd, refused = _kfd_nodes(root)
     version = _read(root / "sys/module/amdgpu/version") or None
     out = []
     for fn in read_pci_functions(root, vendor=AMD_VENDOR):
@@ -214,6 +233,7 @@ def read_amd_gpus(root: Path) -> list[AmdGpu]:
                 nodes=nodes,
                 ras_uncorrectable=ras,
                 ras_unreadable=ras_unreadable,
+                kfd_refused=refused,
             )
         )
     return out

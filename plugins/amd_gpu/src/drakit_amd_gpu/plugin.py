@@ -50,6 +50,13 @@ def problem_of(gpu: AmdGpu) -> tuple[str, str] | None:
             f"RAS error counts unreadable: {blocks} (amdgpu is recovering the GPU, or its "
             "error query failed)"
         )
+    if not gpu.nodes and gpu.kfd_refused:
+        return "kfd", (
+            f"the KFD topology refused this process {gpu.kfd_refused} GPU node(s) (EPERM): "
+            "amdkfd shows a GPU's properties only to a process whose device cgroup lets it "
+            "open the GPU's render node; run the node pod privileged (the chart's amd_gpu "
+            "backend is by default) or give it the GPUs' /dev/dri nodes"
+        )
     if not gpu.nodes:
         return "kfd", "the GPU is missing from the KFD topology (amdkfd did not initialise it)"
     return None
