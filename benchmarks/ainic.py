@@ -70,6 +70,11 @@ __all__ = ["run_ainic"]
 DRIVER = "ainic.amd.drakit.io"
 NODE = "bench-nic"
 REPO = Path(__file__).resolve().parents[1]
+KINDS: tuple[tuple[str, str, dict[str, str] | None], ...] = (
+    ("pf", "ainic-0", None),
+    ("shared", "ainic-1", {"queues": "2", "bandwidth": "25", "vfs": "1"}),
+)
+"""The prepared claims, alternating: (kind, device, consumed capacity)."""
 
 
 def _claim(claims: InMemoryClaims, device: str, consumed: dict[str, str] | None) -> ClaimRef:
@@ -133,13 +138,9 @@ def run_ainic(report: Report, repeats: int, discovery_repeats: int, cold_repeats
         state = DriverState(
             DRIVER, host, claims, state_dir=base / "state", cdi_dir=base / "cdi", boot_id="b"
         )
-        kinds = (
-            ("pf", "ainic-0", None),
-            ("shared", "ainic-1", {"queues": "2", "bandwidth": "25", "vfs": "1"}),
-        )
-        times: dict[str, list[float]] = {kind: [] for kind, _, _ in kinds}
+        times: dict[str, list[float]] = {kind: [] for kind, _, _ in KINDS}
         for _ in range(repeats):  # alternate, so both see the same load
-            for kind, device, consumed in kinds:
+            for kind, device, consumed in KINDS:
                 ref = _claim(claims, device, consumed)
                 prep = functools.partial(_prepare, state, ref)
                 times[kind].extend(interleaved(prep, 1, calib, warmup=0))
@@ -248,13 +249,9 @@ def _kubelet_prepares(
     node.start()
     client = KubeletClient(node.servers[DRIVER].registration_socket)
     try:
-        kinds = (
-            ("pf", "ainic-0", None),
-            ("shared", "ainic-1", {"queues": "2", "bandwidth": "25", "vfs": "1"}),
-        )
-        times: dict[str, list[float]] = {kind: [] for kind, _, _ in kinds}
+        times: dict[str, list[float]] = {kind: [] for kind, _, _ in KINDS}
         for _ in range(repeats):
-            for kind, device, consumed in kinds:
+            for kind, device, consumed in KINDS:
                 ref = _claim(claims, device, consumed)
                 prep = functools.partial(_kubelet_prepare, client, ref)
                 times[kind].extend(interleaved(prep, 1, calib, warmup=0))
