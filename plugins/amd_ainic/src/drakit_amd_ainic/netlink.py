@@ -193,13 +193,8 @@ class Pyroute2Netlink:
             try:
                 self._iproute().link("set", ifname=ifname, **attrs)
             except NetlinkError as e:
-                if e.code == errno.ENODEV:
-                    raise RetryableError(f"netdev {ifname} is not in this network namespace") from e
-                if e.code in _BUSY:
-                    raise RetryableError(
-                        f"{ifname}: busy, {what} not set yet ({e}); the claim is retried"
-                    ) from e
-                raise PermanentError(f"{ifname}: the kernel refused {what}: {e}") from e
+                again = _retryable(ifname, what, e.code, str(e))
+                raise again or PermanentError(f"{ifname}: the kernel refused {what}: {e}") from e
             except OSError as e:  # the socket, not the kernel's answer: open a new one
                 self._close()
                 raise RetryableError(f"{ifname}: netlink failed setting {what}: {e}") from e
@@ -243,7 +238,7 @@ class Pyroute2Netlink:
                     change = {"rx_count": count, "tx_count": count}
                 eth.set_channels(ifname, change)
             except NoSuchDevice as e:
-                raise RetryableError(f"netdev {ifname} is not in this network namespace") from e
+                raise _missing(ifname) from e
             except NotSupportedError as e:
                 raise PermanentError(
                     f"{ifname}: cannot set {count} channels: its driver does not change "
@@ -252,14 +247,27 @@ class Pyroute2Netlink:
             except OSError as e:  # the kernel's answer to the ioctl, or a broken socket
                 if e.errno == errno.EBADF:
                     self._close()
-                if e.errno in _BUSY:
-                    raise RetryableError(
-                        f"{ifname}: busy, {count} channels not set yet ({e.strerror}); the "
-                        "claim is retried"
-                    ) from e
-                raise PermanentError(
-                    f"{ifname}: cannot set {count} channels: {e.strerror or e}"
+                why = e.strerror or str(e)
+                again = _retryable(ifname, f"{count} channels", e.errno, why)
+                raise again or PermanentError(
+                    f"{ifname}: cannot set {count} channels: {why}"
                 ) from e
+
+
+def _missing(ifname: str) -> RetryableError:
+    return RetryableError(f"netdev {ifname} is not in this network namespace")
+
+
+def _retryable(ifname: str, what: str, code: int | None, why: str) -> RetryableError | None:
+    """The error when the kernel's ``code`` for setting ``what`` is worth a retry, else None.
+
+    A netdev not (yet) there and a busy NIC are; the callers word every other refusal.
+    """
+    if code == errno.ENODEV:
+        return _missing(ifname)
+    if code in _BUSY:
+        return RetryableError(f"{ifname}: busy, {what} not set yet ({why}); the claim is retried")
+    return None
 
 
 def netlink_for(choice: str, root: Path) -> Netlink:
