@@ -89,6 +89,18 @@ def proxy(control_plane: ControlPlane) -> Iterator[Proxy]:
         p.stop()
 
 
+@pytest.fixture
+def via_proxy(control_plane: ControlPlane, proxy: Proxy, tmp_path: Path) -> Iterator[KubeClient]:
+    """A client that reaches the API server through ``proxy`` (stop it to cut the client off)."""
+    client = KubeClient.from_kubeconfig(
+        kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
 # ------------------------------------------------------------------- helpers
 
 
@@ -272,70 +284,53 @@ def test_edited_slice_is_restored(
 
 def test_unreachable_api_server_backs_off_and_recovers(
     control_plane: ControlPlane,
-    kube: KubeClient,
     node: dict[str, Any],
     proxy: Proxy,
-    tmp_path: Path,
+    via_proxy: KubeClient,
 ) -> None:
     name = node["metadata"]["name"]
     pools = pools_for(name, [gpu(i) for i in range(10)], [gpu(i) for i in range(4)])
-    via_proxy = KubeClient.from_kubeconfig(
-        kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
-    )
     pub = publisher(via_proxy, node, lambda: pools, interval=1.0)
-    try:
-        with Publishing(pub):
-            proxy.stop()  # the API server "goes away" for this publisher
-            # Work for when it comes back: a slice someone deletes meanwhile.
-            victim = sorted(listed(control_plane, name))[0]
-            control_plane.api("DELETE", f"{SLICES}/{victim}")
-            wait_for(lambda: not pub.synced, timeout=10, what="the publisher to notice")
-            errors_at_outage = pub.sync_errors
-            time.sleep(6)
-            attempts = pub.sync_errors - errors_at_outage
-            assert pub.last_error is not None
-            assert "cannot reach the API server" in pub.last_error
-            # 0.5 s doubling: 0.5 + 1 + 2 + 4 > 6 s => at most ~5 attempts in 6 s, not hundreds
-            assert 1 <= attempts <= 6, attempts
+    with Publishing(pub):
+        proxy.stop()  # the API server "goes away" for this publisher
+        # Work for when it comes back: a slice someone deletes meanwhile.
+        victim = sorted(listed(control_plane, name))[0]
+        control_plane.api("DELETE", f"{SLICES}/{victim}")
+        wait_for(lambda: not pub.synced, timeout=10, what="the publisher to notice")
+        errors_at_outage = pub.sync_errors
+        time.sleep(6)
+        attempts = pub.sync_errors - errors_at_outage
+        assert pub.last_error is not None
+        assert "cannot reach the API server" in pub.last_error
+        # 0.5 s doubling: 0.5 + 1 + 2 + 4 > 6 s => at most ~5 attempts in 6 s, not hundreds
+        assert 1 <= attempts <= 6, attempts
 
-            proxy.start()  # same port
-            back = time.monotonic()
-            took = until(lambda: victim in listed(control_plane, name), 40, "recovery")
-            wait_for(lambda: pub.synced, timeout=10, what="synced again")
-            logger.info("recovered %.2fs after the API server came back", took)
-            assert last_error(pub) is None
-            assert time.monotonic() - back < 40
-    finally:
-        via_proxy.close()
+        proxy.start()  # same port
+        back = time.monotonic()
+        took = until(lambda: victim in listed(control_plane, name), 40, "recovery")
+        wait_for(lambda: pub.synced, timeout=10, what="synced again")
+        logger.info("recovered %.2fs after the API server came back", took)
+        assert last_error(pub) is None
+        assert time.monotonic() - back < 40
 
 
 def test_the_first_successful_sync_calls_back_once(
-    control_plane: ControlPlane,
-    kube: KubeClient,
-    node: dict[str, Any],
-    proxy: Proxy,
-    tmp_path: Path,
+    kube: KubeClient, node: dict[str, Any], proxy: Proxy, via_proxy: KubeClient
 ) -> None:
     """``on_first_sync`` (drakit node trims its C heap there) runs once, after a sync that
     succeeded, never after a failed one; a callback that raises does not fail the sync."""
     name = node["metadata"]["name"]
     pools = pools_for(name, [gpu(i) for i in range(2)], [])
-    via_proxy = KubeClient.from_kubeconfig(
-        kubeconfig_via(control_plane, proxy.port, tmp_path / "kubeconfig")
-    )
     calls: list[int] = []
     pub = publisher(via_proxy, node, lambda: pools, on_first_sync=lambda: calls.append(1))
-    try:
-        proxy.stop()
-        with pytest.raises(RetryableError):
-            pub.sync_once()
-        assert calls == []
-        proxy.start()
+    proxy.stop()
+    with pytest.raises(RetryableError):
         pub.sync_once()
-        pub.sync_once()
-        assert calls == [1]
-    finally:
-        via_proxy.close()
+    assert calls == []
+    proxy.start()
+    pub.sync_once()
+    pub.sync_once()
+    assert calls == [1]
 
     def boom() -> None:
         raise RuntimeError("boom")
