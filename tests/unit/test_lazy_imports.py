@@ -2,8 +2,10 @@
 
 Each is tens of MiB resident in every node (``benchmarks/rss.py`` measures the process): the
 Kubernetes client only where the node talks to a cluster (``drakit.kube``), the CEL library
-(which loads prompt_toolkit) only when a CEL expression is evaluated. Checked in a fresh
-interpreter, since this test process has imported everything already.
+(which loads prompt_toolkit) only when a CEL expression is evaluated; and lighter ones a node
+need not carry, such as packaging's specifiers (~0.45 MiB) only for a plugin that declares
+``hook_api``. Checked in a fresh interpreter, since this test process has imported everything
+already.
 """
 
 from __future__ import annotations
@@ -56,3 +58,19 @@ def test_the_cli_loads_the_allocator_only_for_explain() -> None:
     lookup = "import click; assert cli.get_command(click.Context(cli), 'explain') is not None"
     then = f"from drakit.cli import cli; {lookup}"
     assert _loaded_after(("drakit.cli",), ("drakit.allocator",), then=then) == ["drakit.allocator"]
+
+
+def test_packaging_loads_only_for_a_plugin_that_declares_a_hook_api() -> None:
+    """The bundled backends declare no ``hook_api``, so their node has no use for packaging."""
+    build = (
+        "from drakit.config import DrakitSettings\n"
+        "from drakit.models import NodeInfo\n"
+        "from drakit.pluginhost import PluginHost, check_api_version\n"
+        "backends = ('cpu', 'nvidia_gpu', 'amd_ainic', 'composite')\n"
+        "host = PluginHost(DrakitSettings(plugins={b: {} for b in backends}),"
+        " NodeInfo(name='n', sysfs_root='/nonexistent'))\n"
+        "assert list(host.backends) == list(backends)\n"
+    )
+    assert _loaded_after(("drakit.node",), ("packaging",), then=build) == []
+    declared = build + "check_api_version('p', type('P', (), {'hook_api': '>=1.0'}))\n"
+    assert _loaded_after(("drakit.node",), ("packaging",), then=declared) == ["packaging"]
