@@ -692,10 +692,15 @@ class ResourceSlicePublisher:
     def _desired_object(
         self, rendered: Mapping[str, Any], generation: int, uid: str
     ) -> dict[str, Any]:
-        obj = copy.deepcopy(dict(rendered))
-        obj["spec"]["pool"]["generation"] = generation
-        obj["metadata"]["ownerReferences"] = self._owner_refs(uid)
-        return obj
+        # new dicts only on the paths to the two fields set here; the rest is shared with
+        # ``rendered``, which is kept for the next round. Neither is changed in place after:
+        # the writes copy what they add (``_create`` the metadata, ``_update`` the object)
+        spec = rendered["spec"]
+        return {
+            **rendered,
+            "metadata": {**rendered["metadata"], "ownerReferences": self._owner_refs(uid)},
+            "spec": {**spec, "pool": {**spec["pool"], "generation": generation}},
+        }
 
     def _has_owner(self, observed: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
         refs = observed.get("metadata", {}).get("ownerReferences") or []
