@@ -25,7 +25,7 @@ from tests.e2e.controlplane import ControlPlane, wait_for
 from tests.e2e.nodeproc import Proxy, kubeconfig_via
 
 from drakit.config import DrakitSettings
-from drakit.errors import RetryableError
+from drakit.errors import PermanentError, RetryableError
 from drakit.inventory import build_inventory
 from drakit.kube import KubeClient
 from drakit.models import CounterConsumption, CounterSet, Device
@@ -339,6 +339,49 @@ def test_the_first_successful_sync_calls_back_once(
     again.sync_once()
     assert again.synced
     assert last_error(again) is None
+
+
+def test_pools_just_discovered_are_published_first_without_discovering_again(
+    control_plane: ControlPlane, kube: KubeClient, node: dict[str, Any]
+) -> None:
+    """``discovered`` (drakit node discovers before it serves the kubelet) is the first round's
+    result; the next round discovers; a trigger before the first round wins over it."""
+    name = node["metadata"]["name"]
+    calls: list[int] = []
+    later = pools_for(name, [gpu(i) for i in range(3)], [])
+
+    def desired() -> list[PoolSpec]:
+        calls.append(1)
+        return later
+
+    pub = publisher(kube, node, desired, discovered=pools_for(name, [gpu(0)], []))
+    pub.sync_once()
+    assert calls == []
+    assert sorted(
+        d["name"]
+        for o in listed(control_plane, name).values()
+        for d in o["spec"].get("devices", [])
+    ) == ["gpu-0"]
+    pub.sync_once()  # rediscover=True: the given result is used once
+    assert calls == [1]
+    assert sum(len(o["spec"].get("devices", [])) for o in listed(control_plane, name).values()) == 3
+
+    other = publisher(kube, node, desired, discovered=pools_for(name, [gpu(0)], []))
+    other.trigger(rediscover=True)
+    other.sync_once()
+    assert calls == [1, 1]
+
+
+def test_pools_just_discovered_are_checked_like_a_discovery(
+    kube: KubeClient, node: dict[str, Any]
+) -> None:
+    name = node["metadata"]["name"]
+    stray = [PoolSpec(driver=DRIVER, node="another-node", pool="p", devices=(gpu(0),))]
+    pub = publisher(kube, node, lambda: pools_for(name, [gpu(0)], []), discovered=stray)
+    with pytest.raises(PermanentError, match="is for node 'another-node'"):
+        pub.sync_once()
+    pub.sync_once()  # the round after discovers
+    assert pub.synced
 
 
 def test_thousand_device_pool_is_split_and_accepted(

@@ -58,7 +58,9 @@ class FakeApi(KubeClient):
         self.objects[obj["metadata"]["name"]] = obj
         return copy.deepcopy(obj)
 
-    def get_node(self, name: str) -> dict[str, Any] | None:
+    def get_node(
+        self, name: str, *, timeout: float | tuple[float, float] | None = None
+    ) -> dict[str, Any] | None:
         self._check()
         return {"metadata": {"name": name, "uid": "node-uid"}}
 
@@ -558,7 +560,7 @@ def test_slices_created_after_the_node_is_recreated_get_its_new_uid(
     pub = make(api, desired)
     pub.sync_once()
     del api.objects[f"{NODE}-{DRIVER}-extra-a0"]
-    api.get_node = lambda name: {"metadata": {"name": name, "uid": "new-uid"}}  # type: ignore[method-assign]
+    api.get_node = lambda name, **_: {"metadata": {"name": name, "uid": "new-uid"}}  # type: ignore[method-assign]
     assert pub.sync_once().creates == 1
     refs = api.objects[f"{NODE}-{DRIVER}-extra-a0"]["metadata"]["ownerReferences"]
     assert refs[0]["uid"] == "new-uid"

@@ -237,9 +237,10 @@ class KubeClient:
         what: str,
         query: Mapping[str, str | int | bool] | None = None,
         body: Mapping[str, object] | None = None,
+        timeout: float | tuple[float, float] | None = None,
     ) -> dict[str, Any]:
         """Send one request and decode the JSON reply (mapping errors)."""
-        status, raw = self._open(method, path, what=what, query=query, body=body, timeout=None)
+        status, raw = self._open(method, path, what=what, query=query, body=body, timeout=timeout)
         try:
             data = b"".join(raw.stream(amt=65536, decode_content=True))
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -288,10 +289,17 @@ class KubeClient:
 
     # ---------------------------------------------------------------------- nodes
 
-    def get_node(self, name: str) -> dict[str, Any] | None:
-        """The Node called ``name``, or ``None`` if there is none."""
+    def get_node(
+        self, name: str, *, timeout: float | tuple[float, float] | None = None
+    ) -> dict[str, Any] | None:
+        """The Node called ``name``, or ``None`` if there is none.
+
+        ``timeout``: seconds to connect and to wait for the answer (one number for both);
+        default the client's.
+        """
+        path = f"/api/v1/nodes/{quote(name, safe='')}"
         try:
-            return self.request("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+            return self._send("GET", path, what=f"GET {path}", timeout=timeout)
         except NotFoundError:
             return None
 

@@ -22,11 +22,11 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, suppress
 from datetime import UTC, datetime
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drakit.checkpoint import read_boot_id
 from drakit.config import DrakitSettings
@@ -49,6 +49,10 @@ __all__ = ["UNHEALTHY_TAINT", "Node"]
 log = logging.getLogger(__name__)
 
 UNHEALTHY_TAINT = DeviceTaint(key="drakit.io/unhealthy", value="true", effect="NoSchedule")
+
+
+_NODE_AT_START_TIMEOUT = (2.0, 5.0)
+"""Seconds to connect and to wait for the Node read at start-up (before the kubelet is served)."""
 
 
 def _return_free_heap() -> None:
@@ -136,7 +140,8 @@ class Node:
             # process (tests, embedding) freezing would keep its cyclic garbage forever.
             gc.collect()
             gc.freeze()
-        self.refresh()
+        node = self._node_at_start(node_name)
+        inventory = self.refresh()
         if self.claims is None:
             raise PermanentError(
                 "no cluster configured: pass --kubeconfig (or run in a pod) so claims can be read"
@@ -172,16 +177,6 @@ class Node:
                 server.start()
                 self.servers[driver] = server
         if self.kube is not None:
-            try:
-                node = self.kube.get_node(node_name)
-            except RetryableError as e:  # an API outage must not stop the kubelet service
-                log.warning(
-                    "API server unreachable at start-up (%s): serving the kubelet anyway "
-                    "(unprepare works from the checkpoint, prepare answers retry); ResourceSlices "
-                    "are published when it is back",
-                    e,
-                )
-                node = None
             self.publisher = ResourceSlicePublisher(
                 self.kube,
                 node_name,
@@ -192,6 +187,9 @@ class Node:
                 # the first publish (discovery, rendering, the LIST and the writes) frees what
                 # the start-up's own trim could not yet give back
                 on_first_sync=_return_free_heap if self._daemon else None,
+                # what this start discovered, with the Node's labels: the first publish need
+                # not discover again (without the Node, the labels are unknown: it does)
+                discovered=None if node is None else self._with_health_taints(inventory),
             )
             publisher = self.publisher
             self._the_host().dropped_fields = publisher.dropped_fields
@@ -307,6 +305,29 @@ class Node:
             self.metrics.devices_published.labels(driver=driver).set(n)
         return inv
 
+    def _node_at_start(self, name: str) -> dict[str, Any] | None:
+        """The Node, read before the first discovery so the backends see its labels.
+
+        ``None`` without a cluster, when there is no such Node, or when the API server is
+        unreachable or does not answer within ``_NODE_AT_START_TIMEOUT`` (logged: the kubelet
+        is served anyway, and the first publish reads the labels).
+        """
+        if self.kube is None:
+            return None
+        try:
+            # before the kubelet is served: a hung API server may hold that up this long only
+            node = self.kube.get_node(name, timeout=_NODE_AT_START_TIMEOUT)
+        except RetryableError as e:  # an API outage must not stop the kubelet service
+            log.warning(
+                "API server unreachable at start-up (%s): serving the kubelet anyway "
+                "(unprepare works from the checkpoint, prepare answers retry); ResourceSlices "
+                "are published when it is back",
+                e,
+            )
+            return None
+        self._adopt_labels(node)
+        return node
+
     def _read_node_labels(self) -> None:
         """Hand the backends the Node's labels (``NodeInfo.labels``); on an API error keep them."""
         host = self._the_host()
@@ -317,6 +338,10 @@ class Node:
         except DrakitError as e:
             log.warning("could not read the Node's labels, keeping the last ones: %s", e)
             return
+        self._adopt_labels(node)
+
+    def _adopt_labels(self, node: Mapping[str, Any] | None) -> None:
+        host = self._the_host()
         labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
         if labels != host.node.labels:
             host.node = host.node.model_copy(update={"labels": labels})
@@ -330,6 +355,10 @@ class Node:
             if self.inventory is None:
                 raise
             inv = self.inventory
+        return self._with_health_taints(inv)
+
+    def _with_health_taints(self, inv: InventorySnapshot) -> Sequence[PoolSpec]:
+        """``inv``'s pools, with the unhealthy devices tainted when configured."""
         if not (self.settings.health.taint_unhealthy and self._unhealthy):
             return inv.pools
         out = []

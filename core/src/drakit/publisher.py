@@ -184,6 +184,11 @@ class ResourceSlicePublisher:
         on_first_sync: Called once, on the publishing thread, after the first sync that
             succeeded (``drakit node`` gives the start-up's freed C heap back then); an error it
             raises is logged, never raised.
+        discovered: What ``desired`` returned just before, when the caller has called it
+            (``drakit node`` discovers before it serves the kubelet): the first round publishes
+            it instead of discovering again (unless :meth:`trigger` asked for a rediscovery),
+            and the loop's next discovery is one ``interval`` later. Checked like every result
+            of ``desired``.
     """
 
     def __init__(
@@ -201,6 +206,7 @@ class ResourceSlicePublisher:
         watch_timeout: int = 300,
         record_events: bool = True,
         on_first_sync: Callable[[], None] | None = None,
+        discovered: Iterable[PoolSpec] | None = None,
     ) -> None:
         if not drivers:
             raise ValueError("drivers must name at least one driver")
@@ -222,6 +228,7 @@ class ResourceSlicePublisher:
         self._cond = threading.Condition()
         self._pending: set[str] = set()
         self._cache: list[PoolSpec] | None = None
+        self._discovered = None if discovered is None else list(discovered)
         self._pools: dict[PoolKey, _PoolState] = {}
         self._written: dict[str, _Written] = {}
         self._expected: set[str] = set()
@@ -415,6 +422,9 @@ class ResourceSlicePublisher:
     _force_rediscover = False
 
     def _discover(self, rediscover: bool) -> list[PoolSpec]:
+        given, self._discovered = self._discovered, None
+        if given is not None and not self._force_rediscover:
+            return self._accept(given)  # the constructor's ``discovered``: this round's result
         if rediscover or self._cache is None or self._force_rediscover:
             self._force_rediscover = False  # before desired(): a trigger during it counts
             try:
@@ -423,25 +433,30 @@ class ResourceSlicePublisher:
                 raise
             except Exception as exc:
                 raise PermanentError(f"discovery failed: {exc!r}") from exc
-            seen: set[PoolKey] = set()
-            for p in pools:
-                key = (p.driver, p.pool)
-                if p.driver not in self.drivers:
-                    raise PermanentError(
-                        f"pool {p.pool!r} of driver {p.driver!r}: the publisher only owns drivers "
-                        f"{sorted(self.drivers)}"
-                    )
-                if p.node != self.node_name:
-                    raise PermanentError(
-                        f"pool {p.driver}/{p.pool} is for node {p.node!r}, "
-                        f"not this node ({self.node_name!r})"
-                    )
-                if key in seen:
-                    raise PermanentError(f"pool {p.driver}/{p.pool} is desired twice")
-                seen.add(key)
-            self._cache = pools
-            self._discovered_at = time.monotonic()
+            return self._accept(pools)
         return self._cache
+
+    def _accept(self, pools: list[PoolSpec]) -> list[PoolSpec]:
+        """Check one discovery's result and make it the pools to publish."""
+        seen: set[PoolKey] = set()
+        for p in pools:
+            key = (p.driver, p.pool)
+            if p.driver not in self.drivers:
+                raise PermanentError(
+                    f"pool {p.pool!r} of driver {p.driver!r}: the publisher only owns drivers "
+                    f"{sorted(self.drivers)}"
+                )
+            if p.node != self.node_name:
+                raise PermanentError(
+                    f"pool {p.driver}/{p.pool} is for node {p.node!r}, "
+                    f"not this node ({self.node_name!r})"
+                )
+            if key in seen:
+                raise PermanentError(f"pool {p.driver}/{p.pool} is desired twice")
+            seen.add(key)
+        self._cache = pools
+        self._discovered_at = time.monotonic()
+        return pools
 
     def _owner_uid(self, *, refresh: bool = False) -> str:
         if self._given_uid:
