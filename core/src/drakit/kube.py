@@ -294,8 +294,8 @@ class KubeClient:
     ) -> dict[str, Any] | None:
         """The Node called ``name``, or ``None`` if there is none.
 
-        ``timeout``: seconds to connect and to wait for the answer (one number for both);
-        default the client's.
+        ``timeout``: seconds to connect and to wait for the answer, as ``(connect, read)`` or
+        one number for both; by default the client's.
         """
         path = f"/api/v1/nodes/{quote(name, safe='')}"
         try:
