@@ -6,6 +6,8 @@ Fixtures:
         when tests fail.
     kube_api: a ``kubernetes.client.ApiClient`` for the admin kubeconfig.
     kube_dynamic: a ``kubernetes.dynamic.DynamicClient`` on top of it.
+    kube: drakit's own :class:`~drakit.kube.KubeClient` for the admin kubeconfig, one per
+        test module.
     namespace: a fresh namespace per test; its pods are force-deleted and the
         namespace deleted afterwards.
     fake_node: factory creating schedulable fake Nodes, removed (with their
@@ -35,6 +37,8 @@ from tests.e2e.controlplane import (
     KubeletStandIn,
     resolve_bin_dir,
 )
+
+from drakit.kube import KubeClient
 
 _BIN_DIR = pytest.StashKey[Path]()
 _BIN_ERROR = pytest.StashKey[str]()
@@ -125,6 +129,16 @@ def kube_api(control_plane: ControlPlane) -> Iterator[Any]:
         yield api
     finally:
         api.close()
+
+
+@pytest.fixture(scope="module")
+def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
+    """drakit's API client for the admin kubeconfig (one per test module)."""
+    client = KubeClient.from_kubeconfig(control_plane.kubeconfig)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")

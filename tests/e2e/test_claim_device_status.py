@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +30,6 @@ pytestmark = pytest.mark.e2e
 NIC = "nic.e2e.drakit.dev"
 OTHER = "other.e2e.drakit.dev"
 POOL = "pool-a"
-
-
-@pytest.fixture(scope="module")
-def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
-    client = KubeClient.from_kubeconfig(control_plane.kubeconfig)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def allocated_claim(

@@ -10,7 +10,7 @@ node runs in this process (:class:`drakit.node.Node`, no kubelet sockets).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,15 +48,6 @@ COUNTING_BACKEND = f"""
             zone = node.labels.get({LABEL!r}, "unknown")
             return DeviceInventory(devices=(Device(name="dev-0", attributes={{"zone": zone}}),))
 """
-
-
-@pytest.fixture
-def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
-    client = KubeClient.from_kubeconfig(control_plane.kubeconfig)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def published_zone(cp: ControlPlane, node: str) -> list[str]:

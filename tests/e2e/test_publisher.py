@@ -46,15 +46,6 @@ SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 # ------------------------------------------------------------------ fixtures
 
 
-@pytest.fixture(scope="module")
-def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
-    client = KubeClient.from_kubeconfig(control_plane.kubeconfig)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
 @pytest.fixture
 def node(fake_node: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     return fake_node()

@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +26,6 @@ from drakit.slices import PoolSpec, render_checked, render_pool
 pytestmark = pytest.mark.e2e
 
 DRIVER = "kube.e2e.drakit.dev"
-
-
-@pytest.fixture(scope="module")
-def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
-    client = KubeClient.from_kubeconfig(control_plane.kubeconfig)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def one_slice(node_name: str, devices: int = 1) -> dict[str, Any]:

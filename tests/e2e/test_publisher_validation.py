@@ -9,7 +9,7 @@ device left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,15 +32,6 @@ pytestmark = pytest.mark.e2e
 
 DRIVER = "valid.e2e.drakit.dev"
 NODE = "validation-node"
-
-
-@pytest.fixture(scope="module")
-def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
-    client = KubeClient.from_kubeconfig(control_plane.kubeconfig)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def raw(field: str, value: Any) -> DeviceAttribute:
