@@ -113,6 +113,12 @@ def listed(cp: ControlPlane, node_name: str) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in items}
 
 
+def device_names(cp: ControlPlane, node_name: str) -> list[str]:
+    """The names of the devices in this node's slices, sorted."""
+    slices = listed(cp, node_name).values()
+    return sorted(d["name"] for o in slices for d in o["spec"].get("devices", []))
+
+
 def publisher(
     kube: KubeClient, node: dict[str, Any], desired: Callable[[], Sequence[PoolSpec]], **kw: Any
 ) -> ResourceSlicePublisher:
@@ -348,14 +354,10 @@ def test_pools_just_discovered_are_published_first_without_discovering_again(
     pub = publisher(kube, node, desired, discovered=pools_for(name, [gpu(0)], []))
     pub.sync_once()
     assert calls == []
-    assert sorted(
-        d["name"]
-        for o in listed(control_plane, name).values()
-        for d in o["spec"].get("devices", [])
-    ) == ["gpu-0"]
+    assert device_names(control_plane, name) == ["gpu-0"]
     pub.sync_once()  # rediscover=True: the given result is used once
     assert calls == [1]
-    assert sum(len(o["spec"].get("devices", [])) for o in listed(control_plane, name).values()) == 3
+    assert len(device_names(control_plane, name)) == 3
 
     other = publisher(kube, node, desired, discovered=pools_for(name, [gpu(0)], []))
     other.trigger(rediscover=True)
