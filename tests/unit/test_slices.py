@@ -316,6 +316,19 @@ def test_string_length_is_counted_in_utf8_bytes() -> None:
     render([Device(name="gpu-0", attributes={"serial": "é" * 32})])  # 64 bytes
 
 
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("x" * 65, "65 bytes"), ("é" * 33, "66 bytes in UTF-8"), (2**63, "outside the int64 range")],
+)
+def test_plain_values_are_checked_like_typed_ones(value: object, fragment: str) -> None:
+    with pytest.raises(ValidationError, match=fragment):
+        DeviceAttribute.model_validate(value)
+    with pytest.raises(ValidationError) as exc:
+        Device(name="gpu-0", attributes={"fw": value})
+    assert fragment in str(exc.value)
+    assert DeviceAttribute.model_validate("é" * 32).value == "é" * 32  # 64 bytes
+
+
 def test_strings_in_a_list_attribute_are_limited_too() -> None:
     refused_everywhere("strings", ("ok", "y" * 65), "65 bytes")
 
