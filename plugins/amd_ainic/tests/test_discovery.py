@@ -291,6 +291,36 @@ def test_rediscovery_reads_again_what_can_change_and_reuses_what_cannot(tmp_path
     assert "ifName" not in attrs(round_()["ainic-0-vf-1"])
 
 
+def test_rediscovery_reads_a_class_link_made_again_under_another_function() -> None:
+    """A netdev gone from one VF and made again, with the same name, under another: moved.
+
+    The tree is on tmpfs, which like sysfs (kernfs numbers its nodes cyclically) never gives a
+    new link the inode of one just removed; ext4, under ``tmp_path``, does.
+    """
+    with tempfile.TemporaryDirectory(prefix="drakit-ainic-relink-", dir=fast_tmp()) as tmp:
+        root = build_profile("h200-8gpu-8ainic-sriov", Path(tmp) / "r")
+        host = PluginHost(
+            DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": tmp}}),
+            NodeInfo(name="n1", sysfs_root=str(root)),
+        )
+        names = ("ainic-0-vf-1", "ainic-0-vf-2")
+
+        def if_names() -> dict[str, object]:
+            devs = {k.device: d for k, d in host.discover().devices.items()}
+            return {n: attrs(devs[n]).get("ifName") for n in names}
+
+        devs = {k.device: d for k, d in host.discover().devices.items()}
+        one, two = (str(attrs(devs[n])["ifName"]) for n in names)
+        vf1, vf2 = (real(root, str(attrs(devs[n])[PCI_BUS_ID])) for n in names)
+        cls = root / "sys" / "class" / "net"
+        (cls / two).unlink()  # vf2's netdev goes
+        (vf2 / "net" / two).rename(Path(tmp) / "gone")
+        (cls / one).unlink()  # vf1's goes, and a netdev of that name comes under vf2
+        (vf1 / "net" / one).rename(vf2 / "net" / one)
+        (cls / one).symlink_to(os.path.relpath(vf2 / "net" / one, cls))
+        assert if_names() == {"ainic-0-vf-1": None, "ainic-0-vf-2": one}
+
+
 def test_uverbs_node_is_the_rdma_devices_whatever_else_the_function_holds(
     tmp_path: Path,
 ) -> None:

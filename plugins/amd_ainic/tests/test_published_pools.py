@@ -157,8 +157,9 @@ def test_the_fallbacks_of_the_fast_path_equal_the_long_way(tmp_path: Path) -> No
     """Where a shortcut has nothing to go on, the VF is read as the long way reads it.
 
     No PF has ``sriov_vf_device`` (VF device ids read per VF), one VF's netdev has no readable
-    ``address`` (its directory is looked for instead) and another's class/net link is left
-    behind by a netdev gone from the function (not its netdev).
+    ``address`` (its directory is looked for instead), another's class/net link is left
+    behind by a netdev gone from the function (not its netdev), and a third VF is bound to
+    another driver than its PF (not in the listing of the PF's driver: its own link says).
     """
     spec = ainic_machine("3x8", get_profile("minimal-1s").cpu, pfs=3, vfs=8)
     root = SysfsBuilder(spec).build(tmp_path / "3x8")
@@ -173,6 +174,14 @@ def test_the_fallbacks_of_the_fast_path_equal_the_long_way(tmp_path: Path) -> No
     (first.dir / "net" / first.ifname / "address").unlink()
     gone = second.dir / "net" / second.ifname
     gone.rename(tmp_path / "moved")  # its class/net link now points at nothing
+    rebound = nics[1].vf_addresses[3]  # ionic -> vfio-pci, as the driver core rebinds
+    drivers = root / "sys" / "bus" / "pci" / "drivers"
+    (drivers / "vfio-pci").mkdir()
+    os.symlink(os.readlink(drivers / "ionic" / rebound), drivers / "vfio-pci" / rebound)
+    (drivers / "ionic" / rebound).unlink()
+    link = nics[1].pf.dir.with_name(rebound) / "driver"
+    link.unlink()
+    link.symlink_to(os.path.relpath(drivers / "vfio-pci", link.parent))
     cache = SysfsCache()
     for nic in read_ainics(root, cache):
         slow = tuple(
@@ -184,3 +193,5 @@ def test_the_fallbacks_of_the_fast_path_equal_the_long_way(tmp_path: Path) -> No
     vf1, vf2 = (fn for fn in read_vfs(root, nics[0]) if fn.vf_index in (1, 2))
     assert (vf1.ifname, vf1.mac) == (first.ifname, None)
     assert (vf2.ifname, vf2.queues) == (None, 0)
+    drivers_of = {fn.vf_index: fn.pci.driver for fn in read_vfs(root, nics[1])}
+    assert drivers_of == {i: "vfio-pci" if i == 3 else "ionic" for i in range(8)}

@@ -365,6 +365,8 @@ class SysfsCache:
         """PF BDF -> (inode of its link, its PCI identity read the long way, its resolved
         directory, its model, its VFs' device id from ``sriov_vf_device``)."""
         self._members: dict[str, dict[str, list[str]]] = {}
+        self._class_links: dict[str, dict[tuple[str, int], str | None]] = {}
+        self._bound: dict[str, frozenset[str]] = {}
         self.guess_queues = 0
         """The rx queue count read last, what the next function likely has (:func:`_rx_queues`)."""
 
@@ -390,12 +392,28 @@ class SysfsCache:
         """:func:`_class_members` of this round (read once per round, on first use)."""
         got = self._members.get(cls)
         if got is None:
-            got = self._members[cls] = _class_members(sys_root, cls)
+            links = self._class_links.get(cls, {})
+            got, self._class_links[cls] = _class_members(sys_root, cls, links)
+            self._members[cls] = got
+        return got
+
+    def bound(self, sys_root: str, driver: str) -> frozenset[str]:
+        """The BDFs bound to PCI driver ``driver`` this round (its directory, listed once).
+
+        The driver core makes ``bus/pci/drivers/<driver>/<BDF>`` together with the device's
+        ``driver`` link when it binds, and removes both when it unbinds (drivers/base/dd.c,
+        driver_sysfs_add and driver_sysfs_remove), so a BDF listed there is bound to it: one
+        listing instead of a ``readlink`` per VF. A BDF not listed is read the long way.
+        """
+        got = self._bound.get(driver)
+        if got is None:
+            got = self._bound[driver] = frozenset(_listdir(f"{sys_root}/bus/pci/drivers/{driver}"))
         return got
 
     def prune(self, live: set[str]) -> None:
         """Forget VFs that are gone or were not read this round (their BDF not in ``live``)."""
         self._members = {}
+        self._bound = {}
         for bdf in [b for b in self._fixed if b not in live]:
             del self._fixed[bdf]
         for key in [k for k in self._rdma if k[0] not in live and k[0] not in self.pfs]:
@@ -450,6 +468,7 @@ def _live(
     ino: int,
     cache: SysfsCache,
     named: tuple[list[str], list[str], str] | None = None,
+    driver: str | None = None,
 ) -> _Live:
     """The bound driver, netdev, RDMA device and netdev values of the function at ``d``.
 
@@ -459,11 +478,11 @@ def _live(
     :func:`_class_members`), checked to be there instead of listing ``net/`` and
     ``infiniband/``, and the sysfs root whose ``class/infiniband_verbs`` links name its
     uverbs nodes when they are to be read (instead of listing ``infiniband_verbs/``).
+    ``driver``: the driver this round's listing of its directory shows the function bound to
+    (:meth:`SysfsCache.bound`); ``None`` reads the function's ``driver`` link.
     """
-    try:
-        driver: str | None = os.readlink(f"{d}/driver").rpartition("/")[2]
-    except OSError:
-        driver = None
+    if driver is None:
+        driver = _driver_link(d)
     address: bytes | None = None  # the first netdev's, where reading it said it is there
     if named is None:
         nets = _listdir(f"{d}/net")
@@ -520,6 +539,14 @@ def _live(
     return _Live(driver, tuple(nets), rdmas, mac, mtu, speed, queues, uverbs, fw)
 
 
+def _driver_link(d: str) -> str | None:
+    """The driver the function at ``d`` is bound to, from its ``driver`` link."""
+    try:
+        return os.readlink(f"{d}/driver").rpartition("/")[2]
+    except OSError:
+        return None
+
+
 def _uverbs_of(d: str, rdma: str, verbs: list[str], *, only: bool) -> str | None:
     """The uverbs node among ``verbs`` (sorted) of RDMA device ``rdma`` of the function at ``d``.
 
@@ -565,35 +592,67 @@ def _function_of(pci: PciFunction, d: Path, live: _Live, vf_index: int | None) -
     )
 
 
-def _class_members(sys_root: str, cls: str) -> dict[str, list[str]]:
+def _class_members(
+    sys_root: str, cls: str, known: Mapping[tuple[str, int], str | None]
+) -> tuple[dict[str, list[str]], dict[tuple[str, int], str | None]]:
     """BDF -> the devices whose ``class/<cls>/<name>`` link points under that function.
 
     One listing and one ``readlink`` per netdev (``net``), RDMA device (``infiniband``) or
     uverbs node (``infiniband_verbs``) of the node, instead of listing that directory of every
     VF (five system calls each); a link is ``../../devices/<chain>/<BDF>/<cls>/<name>``.
+    ``known``: the last round's links by name and inode, with the BDF each pointed under (or
+    ``None``), so a link seen before is not read again: a link with the same name and inode is
+    the same link (kernfs numbers new nodes cyclically, never with a number just freed), and
+    what it points under changes only when its device is renamed (the link too: a new name)
+    or leaves this network namespace (the link goes). Also returns this round's links.
     """
     out: dict[str, list[str]] = {}
+    links: dict[tuple[str, int], str | None] = {}
     where = f"{sys_root}/class/{cls}"
-    for name in _listdir(where):
-        try:
-            _, bdf, kind, last = os.readlink(f"{where}/{name}").rsplit("/", 3)
-        except (OSError, ValueError):
-            continue
-        if kind == cls and last == name:
+    try:
+        with os.scandir(where) as it:
+            entries = [(e.name, e.inode()) for e in it]
+    except OSError:
+        entries = []
+    for key in entries:
+        name = key[0]
+        if key in known:
+            bdf = known[key]
+        else:
+            try:
+                _, under, kind, last = os.readlink(f"{where}/{name}").rsplit("/", 3)
+            except (OSError, ValueError):
+                continue  # gone, or not a device's link: read again next round
+            bdf = under if kind == cls and last == name else None
+        links[key] = bdf
+        if bdf is not None:
             out.setdefault(bdf, []).append(name)
-    return out
+    return out, links
+
+
+@dataclass(slots=True)
+class _VfRound:
+    """What one round's reading of one PF's VFs shares (:func:`read_vfs`, :func:`_fast_vf`).
+
+    Attributes:
+        sys_root: ``<root>/sys``.
+        netdevs: BDF -> its netdevs, from ``class/net`` links.
+        rdmas: BDF -> its RDMA devices, from ``class/infiniband`` links.
+        driver: the PF's driver, which VFs are likely bound to as well.
+        bound: the BDFs that driver's directory lists (bound to it).
+        vf_class: the class the first VF read this round showed, every VF's (see below).
+    """
+
+    sys_root: str
+    netdevs: Mapping[str, list[str]]
+    rdmas: Mapping[str, list[str]]
+    driver: str | None
+    bound: frozenset[str]
+    vf_class: int | None = None
 
 
 def _fast_vf(
-    nic: Ainic,
-    index: int,
-    bdf: str,
-    d: str,
-    ino: int,
-    cache: SysfsCache,
-    netdevs: Mapping[str, list[str]],
-    rdmas: Mapping[str, list[str]],
-    sys_root: str,
+    nic: Ainic, index: int, bdf: str, d: str, ino: int, cache: SysfsCache, pf_round: _VfRound
 ) -> NicFunction | None:
     """One VF whose directory ``d`` is a sibling of its PF's (where the kernel puts VFs).
 
@@ -607,12 +666,16 @@ def _fast_vf(
         # creates the VF (drivers/pci/iov.c, pci_iov_add_virtfn: ``virtfn->vendor =
         # dev->vendor; virtfn->device = iov->vf_device``), so its ``vendor`` file shows its
         # PF's vendor and its ``device`` file the id the PF's ``sriov_vf_device`` shows (read
-        # once per PF by :func:`_pf`; a VF's own file where the PF has none). Class and NUMA
-        # node are read per VF: the kernel does not make them the PF's (the class comes from
-        # the VF's config space, the node from the VF's bus).
+        # once per PF by :func:`_pf`; a VF's own file where the PF has none). Nor is its class
+        # read per VF: the kernel reads the class of VF 0 once into the PF's SR-IOV state
+        # (iov.c, pci_read_vf_config_common) and gives every VF that one (probe.c, pci_class:
+        # ``if (dev->is_virtfn) return dev->physfn->sriov->class``), so the first VF read in
+        # a round shows its siblings'. The NUMA node is read per VF: it is the VF's bus's.
         pf = cache.pfs.get(nic.pf.bdf)
         device = pf[4] if pf is not None and pf[4] is not None else _num(f"{d}/device", 16)
-        klass = _num(f"{d}/class", 16)
+        klass = pf_round.vf_class
+        if klass is None:
+            klass = pf_round.vf_class = _num(f"{d}/class", 16)
         if device is None or klass is None:
             return None
         numa = _num(f"{d}/numa_node")
@@ -625,7 +688,14 @@ def _fast_vf(
             dir=nic.pf.dir.with_name(bdf),
         )
         cache.keep(bdf, ino, fixed)
-    live = _live(d, bdf, ino, cache, (netdevs.get(bdf, []), rdmas.get(bdf, []), sys_root))
+    live = _live(
+        d,
+        bdf,
+        ino,
+        cache,
+        (pf_round.netdevs.get(bdf, []), pf_round.rdmas.get(bdf, []), pf_round.sys_root),
+        pf_round.driver if bdf in pf_round.bound else None,
+    )
     pci = PciFunction(
         bdf=bdf,
         vendor=fixed.vendor,
@@ -695,13 +765,19 @@ def read_vfs(
     except OSError:
         inodes = {}
     sys_root = f"{root}/sys"
-    netdevs = cache.members(sys_root, "net") if inodes else {}
-    rdmas = cache.members(sys_root, "infiniband") if inodes else {}
+    driver = nic.pf.pci.driver
+    pf_round = _VfRound(
+        sys_root=sys_root,
+        netdevs=cache.members(sys_root, "net") if inodes else {},
+        rdmas=cache.members(sys_root, "infiniband") if inodes else {},
+        driver=driver,
+        bound=cache.bound(sys_root, driver) if inodes and driver else frozenset(),
+    )
     out = []
     for i, bdf in addresses.items():
         ino = inodes.get(bdf)
         fn = (
-            _fast_vf(nic, i, bdf, f"{parent}/{bdf}", ino, cache, netdevs, rdmas, sys_root)
+            _fast_vf(nic, i, bdf, f"{parent}/{bdf}", ino, cache, pf_round)
             if ino is not None
             else None
         )
