@@ -349,9 +349,10 @@ class SysfsCache:
     makes a new one), its uverbs node and firmware version.
     Kept per ``bus/pci/devices`` link: whether it is an AINIC PF; per PF, its PCI identity,
     resolved directory and VF device id (read the long way once), and the targets of its
-    ``virtfn<i>`` links while their inodes are unchanged. Read every round: the bound
-    driver, the netdev and RDMA device names, MAC, MTU, link speed and queue count. Not
-    thread-safe: discovery rounds are serial.
+    ``virtfn<i>`` links while their inodes are unchanged; per ``class/`` link (by name and
+    inode), the function it points under. Read every round: the bound driver (one listing of
+    the PF's driver directory), the netdev and RDMA device names (the ``class/`` listings),
+    MAC, MTU, link speed and queue count. Not thread-safe: discovery rounds are serial.
     """
 
     def __init__(self) -> None:
