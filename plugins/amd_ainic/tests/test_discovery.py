@@ -305,11 +305,14 @@ def test_rediscovery_reads_a_class_link_made_again_under_another_function() -> N
         )
         names = ("ainic-0-vf-1", "ainic-0-vf-2")
 
+        def devices() -> dict[str, Device]:
+            return {k.device: d for k, d in host.discover().devices.items()}
+
         def if_names() -> dict[str, object]:
-            devs = {k.device: d for k, d in host.discover().devices.items()}
+            devs = devices()
             return {n: attrs(devs[n]).get("ifName") for n in names}
 
-        devs = {k.device: d for k, d in host.discover().devices.items()}
+        devs = devices()
         one, two = (str(attrs(devs[n])["ifName"]) for n in names)
         vf1, vf2 = (real(root, str(attrs(devs[n])[PCI_BUS_ID])) for n in names)
         cls = root / "sys" / "class" / "net"

@@ -639,15 +639,13 @@ class _VfRound:
         sys_root: ``<root>/sys``.
         netdevs: BDF -> its netdevs, from ``class/net`` links.
         rdmas: BDF -> its RDMA devices, from ``class/infiniband`` links.
-        driver: the PF's driver, which VFs are likely bound to as well.
-        bound: the BDFs that driver's directory lists (bound to it).
+        bound: the BDFs the PF's driver's directory lists (bound to it, as VFs usually are).
         vf_class: the class the first VF read this round showed, every VF's (see below).
     """
 
     sys_root: str
     netdevs: Mapping[str, list[str]]
     rdmas: Mapping[str, list[str]]
-    driver: str | None
     bound: frozenset[str]
     vf_class: int | None = None
 
@@ -695,7 +693,7 @@ def _fast_vf(
         ino,
         cache,
         (pf_round.netdevs.get(bdf, []), pf_round.rdmas.get(bdf, []), pf_round.sys_root),
-        pf_round.driver if bdf in pf_round.bound else None,
+        nic.pf.pci.driver if bdf in pf_round.bound else None,
     )
     pci = PciFunction(
         bdf=bdf,
@@ -771,7 +769,6 @@ def read_vfs(
         sys_root=sys_root,
         netdevs=cache.members(sys_root, "net") if inodes else {},
         rdmas=cache.members(sys_root, "infiniband") if inodes else {},
-        driver=driver,
         bound=cache.bound(sys_root, driver) if inodes and driver else frozenset(),
     )
     out = []
