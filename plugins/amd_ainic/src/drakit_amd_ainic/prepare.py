@@ -84,9 +84,9 @@ def _int_file(path: str) -> int | None:
 
 def _names_hold(fn: NicFunction) -> bool:
     """Whether ``fn``'s netdev and RDMA device still have the names they were read with."""
-    if fn.ifname is None or not os.path.isdir(f"{fn.dir}/net/{fn.ifname}"):
+    if fn.ifname is None or not os.path.isdir(f"{fn.path}/net/{fn.ifname}"):
         return False
-    return fn.rdma_device is None or os.path.isdir(f"{fn.dir}/infiniband/{fn.rdma_device}")
+    return fn.rdma_device is None or os.path.isdir(f"{fn.path}/infiniband/{fn.rdma_device}")
 
 
 def _whole(q: str, where: str, what: str) -> int:
@@ -307,7 +307,7 @@ class Preparer:
         addresses; otherwise the ``virtfn`` links are listed again.
         """
         pf = nic.pf.bdf
-        count = _int_file(f"{nic.pf.dir}/sriov_numvfs")
+        count = _int_file(f"{nic.pf.path}/sriov_numvfs")
         known = self._pools.get(pf)
         if known is not None and count is not None and known[0] == count:
             return known[1]
@@ -346,7 +346,7 @@ class Preparer:
             "function": fn.bdf,
         }
         vf_cfg: dict[str, Any] = plan.cfg.get("vf", {})
-        netdev = Path(f"{fn.dir}/net/{fn.ifname}") if fn.ifname else None
+        netdev = Path(f"{fn.path}/net/{fn.ifname}") if fn.ifname else None
         if fn.vf_index is not None:
             pf_if = pub.nic.pf.ifname
             if pf_if is None:
