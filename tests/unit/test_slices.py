@@ -28,6 +28,7 @@ from drakit.models import (
     DeviceTaint,
     RequestPolicy,
     ValidRange,
+    attribute,
 )
 from drakit.runtime import open_host
 from drakit.sim import list_profiles, profile_info
@@ -323,10 +324,34 @@ def test_string_length_is_counted_in_utf8_bytes() -> None:
 def test_plain_values_are_checked_like_typed_ones(value: object, fragment: str) -> None:
     with pytest.raises(ValidationError, match=fragment):
         DeviceAttribute.model_validate(value)
+    with pytest.raises(ValidationError, match=fragment):
+        attribute(value)  # type: ignore[arg-type]  # the fast form checks the same
     with pytest.raises(ValidationError) as exc:
         Device(name="gpu-0", attributes={"fw": value})
     assert fragment in str(exc.value)
     assert DeviceAttribute.model_validate("é" * 32).value == "é" * 32  # 64 bytes
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["mlx5_3", "", 7, -(2**63), True, False, {"version": "1.2.3"}, {"ints": [1, 2]}],
+    ids=repr,
+)
+def test_attribute_is_model_validate(value: object) -> None:
+    got = attribute(value)  # type: ignore[arg-type]
+    assert got == DeviceAttribute.model_validate(value)
+    assert type(got) is DeviceAttribute
+    assert attribute(got) is got  # a validated one is taken as it is
+    assert got.to_api() == DeviceAttribute.model_validate(value).to_api()
+
+
+def test_attribute_refuses_what_model_validate_refuses() -> None:
+    for bad in ({"string": "a", "int": 1}, {}, {"version": "1.2"}, 1.5):
+        with pytest.raises(ValidationError) as slow:
+            DeviceAttribute.model_validate(bad)
+        with pytest.raises(ValidationError) as fast:
+            attribute(bad)  # type: ignore[arg-type]
+        assert str(fast.value) == str(slow.value)
 
 
 def test_strings_in_a_list_attribute_are_limited_too() -> None:

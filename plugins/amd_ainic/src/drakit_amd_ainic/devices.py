@@ -35,6 +35,7 @@ from drakit.models import (
     DeviceCapacity,
     RequestPolicy,
     ValidRange,
+    attribute,
 )
 from drakit.sysfs import standard_pci_attributes
 from drakit_amd_ainic.discovery import Ainic, NicFunction, SysfsCache, read_vfs
@@ -229,7 +230,7 @@ class DiscoveryCache:
             if attr is None:
                 attr = before.get(value)
                 if attr is None:
-                    attr = DeviceAttribute.model_validate(value)
+                    attr = attribute(value)
                 now[value] = attr
             out[name] = attr
         return out
