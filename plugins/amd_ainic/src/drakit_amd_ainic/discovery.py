@@ -86,7 +86,7 @@ class NicFunction:
     Attributes:
         pci: the core view (BDF, chain, NUMA node, driver, SR-IOV files).
         path: the function's resolved sysfs directory (a ``str``: a VF's is made per VF in
-            the first round, where a ``Path`` each cost 4 % of a 2,048-VF round; see ``dir``).
+            the first round, where a ``Path`` each cost 5 % of a 2,048-VF round; see ``dir``).
         ifname: its netdev, if bound to ionic.
         mac: the netdev's address.
         mtu: the netdev's MTU.
