@@ -202,13 +202,12 @@ def read_function(sys_root: Path, fn: PciFunction, vf_index: int | None = None) 
     )
 
 
-def _vf_indices(pf_dir: str, cache: SysfsCache | None = None) -> dict[int, str]:
-    """VF index -> VF BDF, from the PF's ``virtfn<i>`` links.
+def _vf_indices(d: str, cache: SysfsCache | None = None) -> dict[int, str]:
+    """VF index -> VF BDF, from the ``virtfn<i>`` links of the PF whose directory is ``d``.
 
     With ``cache``, the links are read only when their names or inodes changed since the last
     round (a pool removed and created again has new links).
     """
-    d = str(pf_dir)
     try:
         with os.scandir(d) as it:
             links = tuple(
@@ -334,7 +333,7 @@ class _Fixed(NamedTuple):  # a tuple: made per function per round, cheap to buil
     class_code: int
     numa_node: int | None
     chain: tuple[str, ...]
-    dir: str
+    path: str
 
 
 class _Rdma(NamedTuple):  # a tuple: made per function per round, cheap to build
@@ -690,7 +689,7 @@ def _fast_vf(
             class_code=klass,
             numa_node=numa if numa is not None and numa >= 0 else None,
             chain=(*nic.pf.pci.chain[:-1], bdf),
-            dir=d,  # its PF's sibling: the parent of ``nic.pf.path`` joined with ``bdf``
+            path=d,  # its PF's sibling: the parent of ``nic.pf.path`` joined with ``bdf``
         )
         cache.keep(bdf, ino, fixed)
     live = _live(
@@ -713,7 +712,7 @@ def _fast_vf(
         netdevs=live.netdevs,
         rdma_devices=live.rdma_devices,
     )
-    return _function_of(pci, fixed.dir, live, index)
+    return _function_of(pci, fixed.path, live, index)
 
 
 def _pf(root: str | Path, bdf: str, ino: int, cache: SysfsCache) -> tuple[NicFunction, str] | None:
