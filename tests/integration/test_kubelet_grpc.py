@@ -24,6 +24,7 @@ from drakit.kubelet import (
     HealthBroadcaster,
     KubeletPluginServer,
     SocketPathTooLongError,
+    grpc_initialised,
     socket_paths,
 )
 from drakit.kubelet._proto import (
@@ -175,6 +176,19 @@ def test_get_info_without_v1beta1(kubelet_dir: Path, handler: FakeHandler) -> No
                 dra_v1beta1_pb2.NodePrepareResourcesRequest(), timeout=5
             )
         assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_servers_serve_while_grpc_is_held_initialised_and_it_runs_no_thread_of_its_own(
+    kubelet_dir: Path, handler: FakeHandler
+) -> None:
+    # Node.start holds it around the whole life of its kubelet servers
+    with grpc_initialised():
+        with KubeletPluginServer(DRIVER, handler, kubelet_dir=kubelet_dir) as srv:
+            assert get_info(srv.registration_socket).name == DRIVER
+            names = [t.name for t in threading.enumerate()]
+        assert not [n for n in names if n.startswith("drakit-grpc-init")]
+    with KubeletPluginServer(DRIVER, handler, kubelet_dir=kubelet_dir) as srv:  # and after it
+        assert get_info(srv.registration_socket).name == DRIVER
 
 
 def test_notify_registration_status_success(server: KubeletPluginServer) -> None:

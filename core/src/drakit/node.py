@@ -32,7 +32,7 @@ from drakit.checkpoint import read_boot_id
 from drakit.config import DrakitSettings
 from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.inventory import Inventory, InventorySnapshot
-from drakit.kubelet import HealthBroadcaster, KubeletPluginServer
+from drakit.kubelet import HealthBroadcaster, KubeletPluginServer, grpc_initialised
 from drakit.metrics import Metrics, ProbeServer
 from drakit.models import DeviceHealth, DeviceTaint
 from drakit.pluginhost import PluginHost
@@ -128,6 +128,9 @@ class Node:
 
     def _start(self) -> None:
         s = self.settings
+        if self.serve_kubelet:
+            # before anything else allocates: see grpc_initialised (the node's peak memory)
+            self._stack.enter_context(grpc_initialised())
         self.host = self._stack.enter_context(open_host(s))
         self.host.on_plugin_error = self._plugin_error
         self._inventory = Inventory(self.host)

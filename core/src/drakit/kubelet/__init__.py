@@ -26,6 +26,7 @@ from drakit.kubelet.server import (
     KubeletPluginServer,
     SocketPaths,
     SocketPathTooLongError,
+    grpc_initialised,
     socket_paths,
 )
 
@@ -47,5 +48,6 @@ __all__ = [
     "RegistrationStatus",
     "SocketPathTooLongError",
     "SocketPaths",
+    "grpc_initialised",
     "socket_paths",
 ]

@@ -20,8 +20,9 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -65,6 +66,7 @@ __all__ = [
     "KubeletPluginServer",
     "SocketPathTooLongError",
     "SocketPaths",
+    "grpc_initialised",
     "socket_paths",
 ]
 
@@ -72,6 +74,27 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 """The kubelet's default ``--root-dir``."""
+
+
+@contextmanager
+def grpc_initialised() -> Iterator[None]:
+    """Hold grpc's core initialised for the block, so that it initialises now.
+
+    grpc has no public call for that: its core initialises when the process makes its first
+    server or channel, so an unstarted server (no port, no threads of its own) is made and
+    kept for the block. :meth:`drakit.node.Node.start` holds it from the beginning of its
+    start-up: grpc's core allocates about 2 MiB while it initialises and frees them at once,
+    and start-up still has to allocate more than that, in the memory they leave free. When
+    the first kubelet server initialised it, after discovery, those 2 MiB were the node
+    process's peak (``benchmarks/README.md``).
+    """
+    server = grpc.server(ThreadPoolExecutor(max_workers=1, thread_name_prefix="drakit-grpc-init"))
+    try:
+        yield
+    finally:
+        del server
+
+
 MAX_SOCKET_PATH_BYTES = 107
 """Longest Unix socket path gRPC accepts: ``sun_path`` is 108 bytes including the final NUL."""
 
