@@ -2,7 +2,7 @@
 
 Discovery: :func:`drakit_amd_ainic.sim.ainic_machine` (16 Pollara PFs, one root port each, 128
 VFs per PF bound to ionic with queues and RDMA devices: 2,064 functions) is written once into
-/dev/shm; then only :meth:`drakit.pluginhost.PluginHost.discover` with the AINIC backend is
+/dev/shm; then only :meth:`drakit.host.pluginhost.PluginHost.discover` with the AINIC backend is
 timed. The issue's figure ("discovery of 16 PFs x 128 VFs under 0.3 s") is ``vf`` mode, where
 every one of the 2,048 VFs is read and published: a discovery round of the running plugin
 (rediscovery: what does not change while a sysfs entry lives is cached from the round before,
@@ -25,9 +25,10 @@ PF claim does none of that. Measured two ways:
 
 * as the kubelet sees it (the budget: shared p50 within 1.5x the PF p50): one
   ``NodePrepareResources`` call over the node's gRPC socket by
-  :class:`drakit.kubelet.client.KubeletClient`, to a :class:`drakit.node.Node` in this process,
-  as figure 1 of ``benchmarks/run.py`` measures a prepare (claims from memory);
-* the pipeline alone (:meth:`drakit.state.DriverState.prepare`: claim lookup, checkpoint, CDI
+  :class:`drakit.kubelet.client.KubeletClient`, to a :class:`drakit.node.daemon.Node` in this
+  process, as figure 1 of ``benchmarks/run.py`` measures a prepare (claims from memory);
+* the pipeline alone (:meth:`drakit.prepare.pipeline.DriverState.prepare`: claim lookup,
+checkpoint, CDI
   spec, config routing and the backend, no transport), not budgeted: it shows how much of the
   work is the backend's.
 
@@ -54,16 +55,16 @@ from typing import Any, Protocol
 
 from benchmarks.common import Baseline, Report, calibration_workload, interleaved, median
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimPrepareResult, ClaimRef, ClaimUnprepareResult, NodeInfo
-from drakit.node import Node
-from drakit.pluginhost import PluginHost
-from drakit.runtime import fast_tmp
+from drakit.node.daemon import Node
+from drakit.prepare.pipeline import DriverState
 from drakit.sim import SysfsBuilder, build_profile, get_profile
-from drakit.state import DriverState
 from drakit_amd_ainic.sim import ainic_machine
 
 __all__ = ["run_ainic"]
@@ -288,8 +289,8 @@ def _cold_child(root: str, state_dir: str) -> None:
         DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": state_dir}}),
         NodeInfo(name="bench-16x128", sysfs_root=root),
     )
-    # What `drakit node` does before its first round (drakit.node.Node._start): the first full
-    # collection of a fresh interpreter (armed by the imports: it traverses the ~76,000 objects
+    # What `drakit node` does before its first round (drakit.node.daemon.Node._start): the first
+    # full collection of a fresh interpreter (armed by the imports: it traverses the ~76,000 objects
     # they made) and freezing what survives it. The collections the round's own allocations
     # trigger still fall inside the round.
     gc.collect()

@@ -1,6 +1,6 @@
 """Where benchmark claims are stored: the claim source the node under test GETs from.
 
-:class:`MemoryClaims` keeps them in :class:`drakit.demo.InMemoryClaims` (no API server);
+:class:`MemoryClaims` keeps them in :class:`drakit.commands.demo.InMemoryClaims` (no API server);
 :class:`benchmarks.cluster.ApiClaims` creates them in a real API server.
 """
 
@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from drakit.demo import InMemoryClaims
+from drakit.commands.demo import InMemoryClaims
 from drakit.models import ClaimRef
 
 __all__ = ["NAMESPACE", "ClaimStore", "MemoryClaims", "claim_spec"]
@@ -51,7 +51,7 @@ def claim_spec(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 class MemoryClaims:
-    """Claims in :class:`drakit.demo.InMemoryClaims` (no API server)."""
+    """Claims in :class:`drakit.commands.demo.InMemoryClaims` (no API server)."""
 
     source = "memory"
 

@@ -19,8 +19,8 @@ from typing import Any
 from benchmarks.claims import NAMESPACE, claim_spec
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, resolve_bin_dir
 
+from drakit.host.startup import fast_tmp
 from drakit.models import ClaimRef
-from drakit.runtime import fast_tmp
 
 __all__ = ["ApiClaims", "find_bin_dir", "start_control_plane"]
 

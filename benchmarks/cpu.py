@@ -13,7 +13,7 @@ and 190 CPUs is timed for each policy: ``packed`` (kubelet's default), ``packed+
 Discovery: a custom :class:`drakit.sim.MachineSpec` (the Genoa CPU with 128 cores per socket:
 2 x 128 x SMT2 = 512 CPUs, 32 L3 groups) is written once with :class:`drakit.sim.SysfsBuilder`
 into /dev/shm; then only discovery is timed: :meth:`CpuTopology.from_sysfs`, and the CPU
-plugin's discovery through :meth:`drakit.pluginhost.PluginHost.discover` (grouped devices, and
+plugin's discovery through :meth:`drakit.host.pluginhost.PluginHost.discover` (grouped devices, and
 one device per CPU). For scale, reading every file of the CPU and NUMA trees once (about 20,000
 files, more than discovery opens) is timed too.
 
@@ -35,9 +35,9 @@ from pathlib import Path
 from benchmarks.common import Baseline, Report, interleaved, median, repeat_timed
 
 from drakit.config import DrakitSettings
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import fast_tmp
 from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost
-from drakit.runtime import fast_tmp
 from drakit.sim import MachineSpec, SysfsBuilder, build_profile, get_profile
 from drakit_cpu.allocator import take_distributed, take_packed, take_spread
 from drakit_cpu.topology import CpuTopology

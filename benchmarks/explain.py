@@ -9,8 +9,8 @@ are explained in full (per-request exclusions, then the constraint analysis).
 The claim: 4 GPUs of model H200 with 64Gi or more (two CEL selectors plus the class's), under
 ``matchAttribute resource.kubernetes.io/numaNode``.
 
-Timed: :func:`drakit.explain.explain` from parsed objects to the explanation (parsing the YAML
-is timed separately), repeated; the median and the best are reported, with the calibration
+Timed: :func:`drakit.explain.report.explain` from parsed objects to the explanation (parsing the
+YAML is timed separately), repeated; the median and the best are reported, with the calibration
 workload of :mod:`benchmarks.common` as the baseline. Run: ``uv run python -m benchmarks.explain``.
 """
 
@@ -25,7 +25,7 @@ from benchmarks.common import calibration_workload
 
 from drakit.allocator import DeviceClass, ResourceClaim, ResourceSlice
 from drakit.allocator.cel import DeviceEnv
-from drakit.explain import explain
+from drakit.explain.report import explain
 
 __all__ = ["build", "run_explain"]
 

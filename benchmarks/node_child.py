@@ -1,11 +1,11 @@
 """A drakit node without a cluster, for the RSS benchmark when ``--cluster`` is not given.
 
 Run as a script: ``python benchmarks/node_child.py ROOT PORT BACKENDS``. It starts
-:class:`drakit.node.Node` on the ``h200-8gpu-8ainic`` profile with ``BACKENDS`` (comma-separated
-names; :data:`benchmarks.rss.BACKENDS` when run by the benchmark), the kubelet
+:class:`drakit.node.daemon.Node` on the ``h200-8gpu-8ainic`` profile with ``BACKENDS``
+(comma-separated names; :data:`benchmarks.rss.BACKENDS` when run by the benchmark), the kubelet
 sockets and the probe server on ``127.0.0.1:PORT``, and claims from
-:class:`drakit.demo.InMemoryClaims` (no API server, so no publisher), then serves until SIGTERM.
-It is what ``drakit node`` runs minus the Kubernetes client and the publisher.
+:class:`drakit.commands.demo.InMemoryClaims` (no API server, so no publisher), then serves until
+SIGTERM. It is what ``drakit node`` runs minus the Kubernetes client and the publisher.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import logging
 import sys
 from pathlib import Path
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
-from drakit.node import Node
+from drakit.node.daemon import Node
 
 
 def main(argv: list[str]) -> None:

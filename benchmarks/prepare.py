@@ -1,7 +1,7 @@
 """NodePrepareResources latency and throughput through the real kubelet sockets.
 
-A :class:`drakit.node.Node` runs in this process on the simulated ``h200-8gpu-8ainic`` profile
-with the ``cpu``, ``nvidia_gpu`` and ``amd_ainic`` backends (each under its own driver) and
+A :class:`drakit.node.daemon.Node` runs in this process on the simulated ``h200-8gpu-8ainic``
+profile with the ``cpu``, ``nvidia_gpu`` and ``amd_ainic`` backends (each under its own driver) and
 ``serve_kubelet=True``; it is driven over gRPC on its Unix sockets by
 :class:`drakit.kubelet.client.KubeletClient`, exactly as the kubelet drives it. Each prepare
 includes the pipeline's GET of the ResourceClaim from the :class:`~benchmarks.claims.ClaimStore`
@@ -33,11 +33,11 @@ from benchmarks.claims import ClaimStore
 from benchmarks.common import Baseline, Report, median, p99, repeat_timed
 
 from drakit.config import DrakitSettings
+from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimRef
-from drakit.node import Node
-from drakit.runtime import fast_tmp
-from drakit.state import ClaimSource
+from drakit.node.daemon import Node
+from drakit.prepare.pipeline import ClaimSource
 
 __all__ = [
     "GPU",

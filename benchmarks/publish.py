@@ -1,9 +1,10 @@
 """Publishing 1,000 devices to a real API server, and the writes made in steady state.
 
-A :class:`drakit.publisher.ResourceSlicePublisher` publishes one pool of 1,000 GPU-like devices
+A :class:`drakit.publish.publisher.ResourceSlicePublisher` publishes one pool of 1,000 GPU-like
+devices
 (six attributes and one capacity each: eight slices of at most 128 devices) for a fresh Node.
 
-* ``publish``: one :meth:`~drakit.publisher.ResourceSlicePublisher.sync_once` on an empty
+* ``publish``: one :meth:`~drakit.publish.publisher.ResourceSlicePublisher.sync_once` on an empty
   server (LIST, render, eight creates), repeated on fresh nodes; the median is reported, and the
   second ``sync_once`` of each round (LIST and compare, no writes) too.
 * ``steady state``: the publisher's own loop (:meth:`~ResourceSlicePublisher.run`, with its
@@ -27,8 +28,8 @@ from benchmarks.common import Baseline, Report, median, repeat_timed
 
 from drakit.kube import KubeClient
 from drakit.models import Device, DeviceAttribute, DeviceCapacity
-from drakit.publisher import ResourceSlicePublisher
-from drakit.slices import PoolSpec
+from drakit.publish.publisher import ResourceSlicePublisher
+from drakit.publish.render import PoolSpec
 
 if TYPE_CHECKING:
     from tests.e2e.controlplane import ControlPlane

@@ -5,8 +5,8 @@ measuring the same node when the defaults grow (``amd_gpu`` joined them after th
 runs). With ``--cluster`` the process is the real ``drakit node`` command (the console script
 of this environment, what ``uv run drakit node`` executes) against the benchmark's control
 plane, on the ``h200-8gpu-8ainic`` profile. Without it, ``benchmarks/node_child.py`` starts
-:class:`drakit.node.Node` with :class:`drakit.demo.InMemoryClaims` instead (no Kubernetes
-client, no publisher); the figure names say which one was measured.
+:class:`drakit.node.daemon.Node` with :class:`drakit.commands.demo.InMemoryClaims` instead (no
+Kubernetes client, no publisher); the figure names say which one was measured.
 
 ``VmRSS`` and ``VmHWM`` are read from ``/proc/<pid>/status`` once ``/readyz`` answers 200, and
 ``VmRSS`` again after the node has idled for a while (health polls, publisher resyncs).
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from benchmarks.common import Baseline, Report, free_port
 
-from drakit.runtime import fast_tmp
+from drakit.host.startup import fast_tmp
 
 if TYPE_CHECKING:
     from tests.e2e.controlplane import ControlPlane

@@ -49,7 +49,7 @@ from benchmarks.rss import run_rss
 if TYPE_CHECKING:
     from benchmarks.claims import ClaimStore
 
-    from drakit.state import ClaimSource
+    from drakit.prepare.pipeline import ClaimSource
 
 BENCHES = ("cpu", "prepare", "throughput", "publish", "rss")
 

@@ -44,8 +44,8 @@ if str(REPO) not in sys.path:
 from benchmarks.common import Baseline, Report, loadavg, median, p99
 from tests.e2e.webhookproc import Certificates, WebhookProcess, make_certificates
 
-from drakit.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION
-from drakit.runtime import default_sections, fast_tmp
+from drakit.host.startup import default_sections, fast_tmp
+from drakit.webhook.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION
 
 THREADS = 8
 

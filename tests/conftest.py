@@ -26,7 +26,7 @@ import stevedore  # noqa: TID251 - see the entry_points fixture
 from tests.fixtures.install import install_fixture_distributions
 
 from drakit.config import DrakitSettings
-from drakit.runtime import fast_tmp
+from drakit.host.startup import fast_tmp
 from drakit.sim import build_profile
 
 # drakit-example-thirdparty is installed for these tests only (see tests/fixtures/install.py)
@@ -109,7 +109,7 @@ def entry_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[En
     site.mkdir()
     eps = EntryPoints(site)
     monkeypatch.syspath_prepend(str(site))
-    # stevedore is only used by drakit.pluginhost; here we only reset its process-wide cache
+    # stevedore is only used by drakit.host.pluginhost; here we only reset its process-wide cache
     monkeypatch.setattr(stevedore.ExtensionManager, "ENTRY_POINT_CACHE", {})
     yield eps
     for module in eps.modules:

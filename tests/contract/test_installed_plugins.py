@@ -27,8 +27,8 @@ from drakit.config import PluginSettings
 from drakit.context import PluginContext
 from drakit.errors import PermanentError
 from drakit.models import NodeInfo
+from drakit.publish.render import check_driver_name
 from drakit.sim import get_profile
-from drakit.slices import check_driver_name
 from drakit.strategies import Strategy
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit.testing import BackendContract, SimNode
@@ -128,7 +128,7 @@ def test_discovery_finds_the_profiles_hardware(
 
 
 # The contract is checked against the specs alone, so this test builds its own manager
-# instead of going through drakit.pluginhost (the one place production code builds one).
+# instead of going through drakit.host.pluginhost (the one place production code builds one).
 def new_manager() -> pluggy.PluginManager:  # noqa: TID251
     """A manager that knows only drakit's hook specs."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)  # noqa: TID251

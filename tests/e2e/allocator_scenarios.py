@@ -188,8 +188,8 @@ def _made_up(rng: random.Random, node: str) -> list[dict[str, Any]]:
 def _profile_slices(profile: str) -> str:
     """The profile's slices as JSON (rendered once per run)."""
     from drakit.config import DrakitSettings
-    from drakit.inventory import build_inventory
-    from drakit.runtime import open_host
+    from drakit.host.inventory import build_inventory
+    from drakit.host.startup import open_host
 
     settings = DrakitSettings(profile=profile, node_name="profile-node-xq", plugins=PROFILE_PLUGINS)
     with open_host(settings) as host:

@@ -42,7 +42,7 @@ from tests.e2e.nodeproc import (
     kubelet_flags,
 )
 
-from drakit.runtime import fast_tmp
+from drakit.host.startup import fast_tmp
 from drakit.sim import SysfsBuilder, get_profile
 from drakit_amd_ainic.sim import SriovKernel, set_link
 

@@ -2,7 +2,7 @@
 
 One node on ``h200-8gpu-8ainic`` with ainic-0 in ``shared`` mode: its VFs are created on demand
 (the simulated SR-IOV kernel runs beside the tree in the test process). For each crash point of
-:data:`drakit.faults.CRASH_POINTS` the node runs with ``DRAKIT_CRASH_AT`` set, the kubelet
+:data:`drakit.prepare.faults.CRASH_POINTS` the node runs with ``DRAKIT_CRASH_AT`` set, the kubelet
 stand-in prepares a scheduled pod's share (and, for the unprepare points, unprepares it), the
 node dies with SIGKILL inside the call, is restarted without the variable, and the kubelet
 unprepares the claim. Afterwards the PF has no VFs (the on-demand pool is gone), the VF ledger
@@ -31,8 +31,8 @@ from tests.e2e.nodeproc import (
     kubelet_flags,
 )
 
-from drakit.faults import CRASH_POINTS
-from drakit.runtime import fast_tmp
+from drakit.host.startup import fast_tmp
+from drakit.prepare.faults import CRASH_POINTS
 from drakit.sim import SysfsBuilder, get_profile
 from drakit_amd_ainic.sim import SriovKernel, vf_settings
 

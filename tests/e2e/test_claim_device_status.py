@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from tests.e2e.controlplane import ControlPlane
 
-from drakit.checkpoint import ClaimPhase, ClaimRecord
 from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
+from drakit.host.startup import open_host
 from drakit.kube import KubeClient, NotFoundError
 from drakit.models import NetworkData, PreparedDevice, PreparedDeviceRef
-from drakit.runtime import open_host
-from drakit.state import DriverState
+from drakit.prepare.checkpoint import ClaimPhase, ClaimRecord
+from drakit.prepare.pipeline import DriverState
 
 pytestmark = pytest.mark.e2e
 

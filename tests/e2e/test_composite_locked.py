@@ -41,7 +41,7 @@ from tests.e2e.test_composite_pairs import (
 
 from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
-from drakit.runtime import open_host
+from drakit.host.startup import open_host
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ Shown with the real kube-scheduler:
   NIC's ``/dev/infiniband`` nodes, both backends' env, and the checkpoint records each member
   under its own backend; unprepare removes all of it;
 * a node killed (-9) between the two members of a pair's prepare, restarted and asked to
-  unprepare, leaves neither member prepared (``prepare-after-member``, ``drakit.faults``);
+  unprepare, leaves neither member prepared (``prepare-after-member``, ``drakit.prepare.faults``);
 * a NIC whose link goes down (in the simulated sysfs) makes the pair holding it Unhealthy on
   the kubelet health stream and puts the unhealthy taint on the pair's slice entry (with
   ``health.taint_unhealthy``), and recovery clears both.
@@ -38,8 +38,8 @@ from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, kubelet_flags
 
 from drakit.config import DrakitSettings
 from drakit.deviceclasses import render_device_classes
+from drakit.host.startup import open_host
 from drakit.models import ClaimRef
-from drakit.runtime import open_host
 from drakit.sim import build_profile
 from drakit_amd_ainic.sim import set_link
 

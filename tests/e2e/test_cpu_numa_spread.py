@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
-from drakit.demo import InMemoryClaims
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.startup import fast_tmp, open_host
 from drakit.models import ClaimRef
-from drakit.runtime import fast_tmp, open_host
-from drakit.state import DriverState
+from drakit.prepare.pipeline import DriverState
 from drakit.strategy_models import SimpleRequest
 from drakit_cpu.plugin import CpuPlugin
 from drakit_cpu.strategies import NumaSpread

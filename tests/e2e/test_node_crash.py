@@ -1,7 +1,7 @@
 """Crash injection: ``drakit node`` killed (SIGKILL) at every named point, then restarted.
 
-For each point in :data:`drakit.faults.CRASH_POINTS` the node runs with ``DRAKIT_CRASH_AT`` set,
-the kubelet stand-in makes its call (prepare, or prepare then unprepare) for a scheduled pod
+For each point in :data:`drakit.prepare.faults.CRASH_POINTS` the node runs with ``DRAKIT_CRASH_AT``
+set, the kubelet stand-in makes its call (prepare, or prepare then unprepare) for a scheduled pod
 whose claim uses a GPU and a share of a CPU device, and the node dies with -9 inside the call.
 The node is restarted without the variable (same ``POD_UID``, state, CDI and kubelet
 directories, like a container restart) and the kubelet repeats the call. The final state must
@@ -31,7 +31,7 @@ from tests.e2e.nodeproc import (
     kubelet_flags,
 )
 
-from drakit.faults import CRASH_POINTS
+from drakit.prepare.faults import CRASH_POINTS
 
 pytestmark = pytest.mark.e2e
 

@@ -31,10 +31,10 @@ from tests.e2e.nodeproc import (
     kubelet_flags,
 )
 
-from drakit.cdi import cdi_kind
 from drakit.config import DrakitSettings
-from drakit.inventory import build_inventory
-from drakit.runtime import open_host
+from drakit.host.inventory import build_inventory
+from drakit.host.startup import open_host
+from drakit.prepare.cdi import cdi_kind
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,7 @@ The node reads its Node before the first discovery, so the backends see the Node
 that round (the AINIC backend takes rails from them), and its first publish is the result of
 that discovery, not of a second one. A backend installed for the test (a real entry point,
 loaded by the real plugin host) counts its discovery rounds and publishes a label's value; the
-node runs in this process (:class:`drakit.node.Node`, no kubelet sockets).
+node runs in this process (:class:`drakit.node.daemon.Node`, no kubelet sockets).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.e2e.controlplane import ControlPlane, wait_for
 
 from drakit.config import DrakitSettings
 from drakit.kube import KubeClient
-from drakit.node import Node
+from drakit.node.daemon import Node
 
 if TYPE_CHECKING:
     from tests.conftest import EntryPoints

@@ -26,14 +26,14 @@ from tests.e2e.nodeproc import Proxy, kubeconfig_via
 
 from drakit.config import DrakitSettings
 from drakit.errors import PermanentError, RetryableError
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.startup import open_host
 from drakit.kube import KubeClient
 from drakit.models import CounterConsumption, CounterSet, Device
-from drakit.publisher import ResourceSlicePublisher
-from drakit.runtime import open_host
+from drakit.publish.diff import dropped_fields
+from drakit.publish.publisher import ResourceSlicePublisher
+from drakit.publish.render import PoolSpec, render_pool
 from drakit.sim import list_profiles
-from drakit.slicediff import dropped_fields
-from drakit.slices import PoolSpec, render_pool
 
 pytestmark = pytest.mark.e2e
 

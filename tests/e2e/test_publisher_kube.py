@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from tests.e2e.controlplane import ControlPlane
 
-from drakit import publisher as publisher_module
 from drakit.errors import PermanentError, RetryableError
 from drakit.kube import ConflictError, KubeClient, NotFoundError
 from drakit.models import Device
-from drakit.publisher import DroppedFieldsError, ResourceSlicePublisher
-from drakit.slices import PoolSpec, render_checked, render_pool
+from drakit.publish import publisher as publisher_module
+from drakit.publish.publisher import DroppedFieldsError, ResourceSlicePublisher
+from drakit.publish.render import PoolSpec, render_checked, render_pool
 
 pytestmark = pytest.mark.e2e
 

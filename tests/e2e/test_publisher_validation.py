@@ -1,7 +1,8 @@
 """drakit's slice checks against the real API server's validation (issue 9, item 5).
 
 Each case is a device rendered *without* drakit's checks and sent to the API server with
-``dryRun``: the server's verdict must be drakit's verdict (:func:`drakit.slices.check_pool`).
+``dryRun``: the server's verdict must be drakit's verdict
+(:func:`drakit.publish.render.check_pool`).
 Cases at the limits prove drakit does not refuse what the server accepts. Then the publisher
 publishes a pool with bad devices in it: the server holds the rest, the Node has an Event per
 device left out.
@@ -25,8 +26,8 @@ from drakit.models import (
     RequestPolicy,
     ValidRange,
 )
-from drakit.publisher import ResourceSlicePublisher
-from drakit.slices import PoolSpec, check_pool, render_checked
+from drakit.publish.publisher import ResourceSlicePublisher
+from drakit.publish.render import PoolSpec, check_pool, render_checked
 
 pytestmark = pytest.mark.e2e
 

@@ -30,10 +30,10 @@ import pytest
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
 from tests.e2e.webhookproc import WebhookProcess, make_certificates, webhook_configurations
 
-from drakit.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION, TEMPLATE_ANNOTATION
 from drakit.config import DrakitSettings
-from drakit.inventory import build_inventory
-from drakit.runtime import default_sections, fast_tmp, open_host
+from drakit.host.inventory import build_inventory
+from drakit.host.startup import default_sections, fast_tmp, open_host
+from drakit.webhook.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION, TEMPLATE_ANNOTATION
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -25,12 +25,12 @@ import pytest
 import yaml
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.startup import default_sections, fast_tmp, open_host
 from drakit.models import ClaimRef
-from drakit.runtime import default_sections, fast_tmp, open_host
-from drakit.state import DriverState
+from drakit.prepare.pipeline import DriverState
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

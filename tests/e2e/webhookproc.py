@@ -102,7 +102,7 @@ def _drakit_argv() -> list[str]:
     script = Path(sys.executable).with_name("drakit")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from drakit.cli import main; main()"]
+    return [sys.executable, "-c", "from drakit.commands.cli import main; main()"]
 
 
 class WebhookProcess:

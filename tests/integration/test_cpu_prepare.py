@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
-from drakit.demo import InMemoryClaims
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import fast_tmp, open_host
 from drakit.models import ClaimPrepareResult, ClaimRef
-from drakit.pluginhost import PluginHost
-from drakit.runtime import fast_tmp, open_host
-from drakit.state import DriverState
+from drakit.prepare.pipeline import DriverState
 from drakit_cpu.plugin import CPU_CONFIG_API_VERSION, CpuPlugin
 from drakit_cpu.topology import CpuTopology
 

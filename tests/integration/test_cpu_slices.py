@@ -1,12 +1,12 @@
-"""CPU devices rendered into ResourceSlices by drakit.slices, on simulated hardware."""
+"""CPU devices rendered into ResourceSlices by drakit.publish.render, on simulated hardware."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from drakit.config import DrakitSettings
-from drakit.inventory import build_inventory
-from drakit.runtime import open_host
+from drakit.host.inventory import build_inventory
+from drakit.host.startup import open_host
 
 DRIVER = "cpu.drakit.io"
 

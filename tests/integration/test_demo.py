@@ -12,9 +12,9 @@ import yaml
 from click.testing import CliRunner
 from rich.console import Console
 
-from drakit.cli import cli
+from drakit.commands.cli import cli
+from drakit.commands.demo import run_demo
 from drakit.cpuset import parse_cpulist
-from drakit.demo import run_demo
 from drakit.sim import list_profiles, materialize
 from drakit_cpu.topology import CpuTopology
 

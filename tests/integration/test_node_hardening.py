@@ -26,18 +26,18 @@ from typing import Any
 
 import pytest
 
-from drakit.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
-from drakit.demo import InMemoryClaims
 from drakit.errors import PermanentError
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import open_host
 from drakit.kubelet import KubeletPluginServer
 from drakit.kubelet.client import KubeletClient
 from drakit.models import AllocatedDevice, ClaimInfo, ClaimRef, ClaimUnprepareResult
-from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
-from drakit.state import DriverState
+from drakit.prepare.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
+from drakit.prepare.pipeline import DriverState
 
 GPU = "gpu.nvidia.drakit.io"
 CPU = "cpu.drakit.io"
@@ -727,7 +727,7 @@ def test_scripted_attack_over_the_real_socket(host: PluginHost, claims: InMemory
 
 
 def test_fs_error_helper_names_errno() -> None:
-    from drakit.safefs import fs_error
+    from drakit.prepare.safefs import fs_error
 
     e = fs_error("write", "/x", OSError(errno.EROFS, "Read-only file system"))
     assert str(e) == "cannot write /x: the file system is read-only (EROFS); will retry"

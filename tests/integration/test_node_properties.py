@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drakit.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import open_host
 from drakit.models import ClaimRef
-from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
-from drakit.state import DriverState
+from drakit.prepare.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
+from drakit.prepare.pipeline import DriverState
 
 GPU = "gpu.nvidia.drakit.io"
 NODE = "node-a"

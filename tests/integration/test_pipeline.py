@@ -1,7 +1,7 @@
 """The prepare/unprepare pipeline on simulated hardware, with claims from an in-memory source.
 
 These run the real DriverState, PluginHost, backends, checkpoint and CDI writer; only the API
-server is replaced (by drakit.demo.InMemoryClaims). The same behaviour against the real
+server is replaced (by drakit.commands.demo.InMemoryClaims). The same behaviour against the real
 control plane and the kubelet stand-in is in tests/e2e.
 """
 
@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from drakit.checkpoint import ClaimPhase
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import open_host
 from drakit.models import ClaimRef
-from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
-from drakit.state import MAX_OPAQUE_BYTES, DriverState
+from drakit.prepare.checkpoint import ClaimPhase
+from drakit.prepare.pipeline import MAX_OPAQUE_BYTES, DriverState
 
 GPU = "gpu.nvidia.drakit.io"
 CPU = "cpu.drakit.io"
@@ -426,7 +426,7 @@ def test_backends_sharing_one_driver_name_are_routed_to_their_owner(tmp_path: Pa
 
 
 def test_unhealthy_devices_are_streamed_and_tainted_when_configured(tmp_path: Path) -> None:
-    from drakit.node import UNHEALTHY_TAINT, Node
+    from drakit.node.daemon import UNHEALTHY_TAINT, Node
 
     settings = DrakitSettings(
         profile="minimal-1s",
@@ -468,7 +468,7 @@ def test_unhealthy_devices_are_streamed_and_tainted_when_configured(tmp_path: Pa
 def test_cdi_version_is_the_lowest_that_expresses_the_spec(
     first_device_name: str, edits: dict[str, Any], version: str
 ) -> None:
-    from drakit.cdi import min_cdi_version
+    from drakit.prepare.cdi import min_cdi_version
 
     spec = {
         "kind": "k8s.x/claim",
@@ -480,8 +480,8 @@ def test_cdi_version_is_the_lowest_that_expresses_the_spec(
 def test_cdi_specs_are_written_whatever_json_their_edits_hold(tmp_path: Path) -> None:
     """orjson writes specs; what only the standard encoder takes (an integer beyond 64 bits in
     a plugin's device node) is written too, and non-ASCII text stays readable."""
-    from drakit.cdi import CdiWriter
     from drakit.models import CdiEdits
+    from drakit.prepare.cdi import CdiWriter
 
     writer = CdiWriter(tmp_path, "x.drakit.io")
     for uid, node in (("u1", {"path": "/dev/x", "major": 2**70}), ("u2", {"path": "/dev/\u00e4"})):

@@ -28,7 +28,7 @@ from tests.public_api import REPO_ROOT, drakit_imports, public_modules, top_leve
 pytestmark = pytest.mark.slow
 
 NAME = "acme_fpga"
-CLI = "from drakit.cli import main; main()"
+CLI = "from drakit.commands.cli import main; main()"
 MYPY_CACHE = Path.home() / ".cache" / "drakit" / "scaffold-mypy"
 
 
@@ -85,7 +85,7 @@ def generated() -> Iterator[Generated]:
             [
                 sys.executable,
                 "-c",
-                "from drakit.cli import main; main()",
+                "from drakit.commands.cli import main; main()",
                 "plugin",
                 "new",
                 NAME,

@@ -14,7 +14,13 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from drakit.admission import (
+from drakit.config import DrakitSettings
+from drakit.errors import ConfigInvalid
+from drakit.host.pluginhost import PluginHost
+from drakit.kube import KubeClient
+from drakit.models import NodeInfo
+from drakit.webhook import AdmissionRequest, parse_review, to_review
+from drakit.webhook.admission import (
     CLAIM_NAME,
     PAIRS_ANNOTATION,
     POLICY_ANNOTATION,
@@ -23,12 +29,6 @@ from drakit.admission import (
     AdmissionSettings,
     plan_pod,
 )
-from drakit.config import DrakitSettings
-from drakit.errors import ConfigInvalid
-from drakit.kube import KubeClient
-from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost
-from drakit.webhook import AdmissionRequest, parse_review, to_review
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 

@@ -15,8 +15,8 @@ from packaging.version import Version
 from drakit.config import DrakitSettings
 from drakit.errors import PluginLoadError
 from drakit.hookspecs import API_VERSION
+from drakit.host.pluginhost import PluginHost
 from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost
 
 if TYPE_CHECKING:
     from tests.conftest import EntryPoints

@@ -27,7 +27,7 @@ from tests.helmchart import (
     one,
 )
 
-from drakit.cli import main
+from drakit.commands.cli import main
 
 # The first test may build helm on a cold cache (make test builds it beforehand).
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("clean_drakit_env")]

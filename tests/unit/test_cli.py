@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from drakit.cli import main
+from drakit.commands.cli import main
 from drakit.sim import UnknownProfileError, list_profiles
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
@@ -194,7 +194,7 @@ def test_verbose_raises_instead_of_one_line() -> None:
 
 
 def test_verbose_prints_a_traceback_in_a_real_process() -> None:
-    argv = ["-c", "from drakit.cli import main; main()"]
+    argv = ["-c", "from drakit.commands.cli import main; main()"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAKIT_")}
     quiet = subprocess.run(
         [sys.executable, *argv, "discover", "--profile", "h100-16gpu"],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drakit.cli import main
+from drakit.commands.cli import main
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 

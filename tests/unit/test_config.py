@@ -1,7 +1,7 @@
 """Configuration: YAML file, ``DRAKIT_*`` overrides, and errors that name the path and the fix.
 
-Most checks go through ``drakit config validate`` (``drakit.cli.main``), because that is what a
-user runs; the rest load settings directly with :func:`drakit.config.load_settings`.
+Most checks go through ``drakit config validate`` (``drakit.commands.cli.main``), because that is
+what a user runs; the rest load settings directly with :func:`drakit.config.load_settings`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from drakit.cli import main
+from drakit.commands.cli import main
 from drakit.config import load_settings
 from drakit.errors import ConfigInvalid
-from drakit.pluginhost import installed_plugins
+from drakit.host.pluginhost import installed_plugins
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 

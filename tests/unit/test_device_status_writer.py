@@ -12,7 +12,7 @@ from typing import Any
 
 from drakit.errors import RetryableError
 from drakit.kube import ConflictError, NotFoundError
-from drakit.state import _StatusJob, _StatusWriter
+from drakit.prepare.pipeline import _StatusJob, _StatusWriter
 
 
 class Sink:

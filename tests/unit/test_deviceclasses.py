@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drakit.cli import main
+from drakit.commands.cli import main
 from drakit.deviceclasses import DeviceClassSettings, DeviceClassSpec, render_device_classes
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")

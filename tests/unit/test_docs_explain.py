@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from drakit.cli import cli
+from drakit.commands.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "explain.md"

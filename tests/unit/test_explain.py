@@ -1,4 +1,6 @@
-"""drakit.explain: the reasons it gives, one kind per test (the doc examples cover the rest)."""
+"""drakit.explain.report: the reasons it gives, one kind per test (the doc examples cover the
+rest).
+"""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from tests.unit.test_allocator import (
 )
 
 from drakit.allocator import Node, ResourceSlice
-from drakit.cli import cli
-from drakit.explain import NodeExplanation, explain
+from drakit.commands.cli import cli
+from drakit.explain.report import NodeExplanation, explain
 
 
 def one(slices: list[ResourceSlice], c: Any, **kw: Any) -> NodeExplanation:

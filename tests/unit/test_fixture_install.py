@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.fixtures.install import FIXTURES, install_fixture_distributions
 
-from drakit.pluginhost import installed_plugins, installed_strategies
+from drakit.host.pluginhost import installed_plugins, installed_strategies
 
 ROOT = FIXTURES.parents[1]
 
@@ -26,7 +26,14 @@ def test_the_tests_see_the_fixture_distribution() -> None:
 def test_drakit_plugins_outside_the_tests_does_not_list_it() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [sys.executable, "-c", "from drakit.cli import main; main()", "plugins", "-o", "json"],
+        [
+            sys.executable,
+            "-c",
+            "from drakit.commands.cli import main; main()",
+            "plugins",
+            "-o",
+            "json",
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -1,4 +1,4 @@
-"""drakit.inventory: immutable snapshots of discovery and ownership, swapped atomically."""
+"""drakit.host.inventory: immutable snapshots of discovery and ownership, swapped atomically."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
-from drakit.inventory import Inventory, InventorySnapshot, build_inventory
+from drakit.host.inventory import Inventory, InventorySnapshot, build_inventory
+from drakit.host.pluginhost import PluginHost
 from drakit.models import Device, DeviceKey, NodeInfo
-from drakit.pluginhost import PluginHost
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 

@@ -14,10 +14,10 @@ import subprocess
 import sys
 
 _NODE_MODULES = (
-    "drakit.node",
-    "drakit.state",
-    "drakit.publisher",
-    "drakit.admission",
+    "drakit.node.daemon",
+    "drakit.prepare.pipeline",
+    "drakit.publish.publisher",
+    "drakit.webhook.admission",
     "drakit_cpu.plugin",
     "drakit_nvidia_gpu.plugin",
     "drakit_amd_ainic.plugin",
@@ -51,13 +51,15 @@ def test_the_kubernetes_client_loads_with_drakit_kube() -> None:
 
 
 def test_the_cli_loads_the_allocator_only_for_explain() -> None:
-    """``drakit node`` starts from ``drakit.cli``; the allocator (the resource.k8s.io models,
-    CEL) is ``drakit explain``'s alone."""
-    heavy = ("drakit.allocator", "drakit.explain", "celpy")
-    assert _loaded_after(("drakit.cli",), heavy) == []
+    """``drakit node`` starts from ``drakit.commands.cli``; the allocator (the resource.k8s.io
+    models, CEL) is ``drakit explain``'s alone."""
+    heavy = ("drakit.allocator", "drakit.explain.report", "celpy")
+    assert _loaded_after(("drakit.commands.cli",), heavy) == []
     lookup = "import click; assert cli.get_command(click.Context(cli), 'explain') is not None"
-    then = f"from drakit.cli import cli; {lookup}"
-    assert _loaded_after(("drakit.cli",), ("drakit.allocator",), then=then) == ["drakit.allocator"]
+    then = f"from drakit.commands.cli import cli; {lookup}"
+    assert _loaded_after(("drakit.commands.cli",), ("drakit.allocator",), then=then) == [
+        "drakit.allocator"
+    ]
 
 
 def test_packaging_loads_only_for_a_plugin_that_declares_a_hook_api() -> None:
@@ -65,12 +67,12 @@ def test_packaging_loads_only_for_a_plugin_that_declares_a_hook_api() -> None:
     build = (
         "from drakit.config import DrakitSettings\n"
         "from drakit.models import NodeInfo\n"
-        "from drakit.pluginhost import PluginHost, check_api_version\n"
+        "from drakit.host.pluginhost import PluginHost, check_api_version\n"
         "backends = ('cpu', 'nvidia_gpu', 'amd_ainic', 'composite')\n"
         "host = PluginHost(DrakitSettings(plugins={b: {} for b in backends}),"
         " NodeInfo(name='n', sysfs_root='/nonexistent'))\n"
         "assert list(host.backends) == list(backends)\n"
     )
-    assert _loaded_after(("drakit.node",), ("packaging",), then=build) == []
+    assert _loaded_after(("drakit.node.daemon",), ("packaging",), then=build) == []
     declared = build + "check_api_version('p', type('P', (), {'hook_api': '>=1.0'}))\n"
-    assert _loaded_after(("drakit.node",), ("packaging",), then=declared) == ["packaging"]
+    assert _loaded_after(("drakit.node.daemon",), ("packaging",), then=declared) == ["packaging"]

@@ -18,10 +18,12 @@ import pytest
 import yaml
 
 from drakit import hookimpl
-from drakit.cli import main
+from drakit.commands.cli import main
 from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid, PermanentError, PluginLoadError
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost, installed_plugins
+from drakit.host.startup import open_host
 from drakit.models import (
     AllocatedDevice,
     ClaimInfo,
@@ -31,8 +33,6 @@ from drakit.models import (
     NodeInfo,
     PreparedDevice,
 )
-from drakit.pluginhost import PluginHost, installed_plugins
-from drakit.runtime import open_host
 from drakit_cpu.plugin import CpuConfig, CpuPlugin
 
 if TYPE_CHECKING:
@@ -452,7 +452,7 @@ def test_cli_process_prints_no_traceback_for_a_failing_discovery(
         [
             sys.executable,
             "-c",
-            "from drakit.cli import main; main()",
+            "from drakit.commands.cli import main; main()",
             "discover",
             "--config",
             str(config),

@@ -21,9 +21,9 @@ from pydantic import ValidationError
 from drakit.config import DrakitSettings, load_settings
 from drakit.cpuset import MAX_CPUS, CpuListError, format_cpulist, parse_cpulist
 from drakit.errors import ConfigInvalid, SliceValidationError
+from drakit.host.pluginhost import PluginHost
 from drakit.models import Device, DeviceAttribute, DeviceTaint, NodeInfo
-from drakit.pluginhost import PluginHost
-from drakit.slices import (
+from drakit.publish.render import (
     MAX_DEVICES,
     MAX_DEVICES_ADVANCED,
     PoolSpec,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pkgutil
 import re
-from pathlib import Path
 
 import pytest
 from tests.public_api import COMPATIBILITY_MD, forbidden_modules, public_modules
@@ -18,25 +17,31 @@ import drakit
 from drakit.hookspecs import API_VERSION
 
 CORE_MODULES = sorted(f"drakit.{m.name}" for m in pkgutil.iter_modules(drakit.__path__))
+CORE_PACKAGES = {f"drakit.{m.name}" for m in pkgutil.iter_modules(drakit.__path__) if m.ispkg}
 PUBLIC = public_modules()
-BEHIND_PUBLIC = {"drakit.simseam"}
-"""Internal modules that a public one imports (``drakit.sim`` reads its entry points through
-``drakit.simseam``), so a forbidden contract would flag every backend's sim package through the
-public module; docs/compatibility.md names them as internal."""
 FORBIDDEN = forbidden_modules()
 
 
 def test_the_lists_are_read() -> None:
     assert "drakit.models" in PUBLIC
-    assert "drakit.pluginhost" in FORBIDDEN
+    assert "drakit.host" in FORBIDDEN
     assert len(CORE_MODULES) > len(PUBLIC)
 
 
-@pytest.mark.parametrize("module", [m for m in CORE_MODULES if m not in BEHIND_PUBLIC])
+@pytest.mark.parametrize("module", CORE_MODULES)
 def test_every_core_module_is_public_or_forbidden(module: str) -> None:
     assert module in PUBLIC or module in FORBIDDEN, (
         f"{module} is neither public (docs/compatibility.md, 'What is public') nor forbidden to "
         "backends (.importlinter, plugins-public-api): add it to one of them"
+    )
+
+
+@pytest.mark.parametrize("module", FORBIDDEN)
+def test_internals_live_in_lifecycle_packages(module: str) -> None:
+    """The top level of ``drakit`` is the public API: an internal module goes into a package."""
+    assert module in CORE_PACKAGES, (
+        f"{module} is internal but not a package: move it into the lifecycle package it serves "
+        "(docs/architecture.md, 'Where each step lives')"
     )
 
 
@@ -67,11 +72,3 @@ def test_the_package_docstring_names_the_same_public_modules() -> None:
 def test_api_version_is_documented() -> None:
     text = COMPATIBILITY_MD.read_text(encoding="utf-8")
     assert f"`{API_VERSION}` today" in text
-
-
-def test_internal_modules_behind_a_public_one_are_documented_as_internal() -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "compatibility.md").read_text()
-    for module in BEHIND_PUBLIC:
-        assert module in CORE_MODULES
-        assert f"`{module}`" in doc
-        assert "is internal" in doc

@@ -18,9 +18,9 @@ import pytest
 from drakit.errors import PermanentError, RetryableError, SliceValidationError
 from drakit.kube import ConflictError, KubeClient, NotFoundError
 from drakit.models import CounterSet, Device, DeviceTaint
-from drakit.publisher import DroppedFieldsError, ResourceSlicePublisher
-from drakit.slicediff import dropped_fields, gate_for_path, semantically_equal
-from drakit.slices import PoolSpec
+from drakit.publish.diff import dropped_fields, gate_for_path, semantically_equal
+from drakit.publish.publisher import DroppedFieldsError, ResourceSlicePublisher
+from drakit.publish.render import PoolSpec
 
 NODE = "node-a"
 DRIVER = "gpu.example.com"
@@ -530,7 +530,7 @@ def test_a_noop_resync_checks_and_renders_nothing_again(
     api: FakeApi, desired: Desired, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rendered pools are reused while discovery returns the same content (equal, not same)."""
-    from drakit.slices import check_pool as real
+    from drakit.publish.render import check_pool as real
 
     checked: list[str] = []
 
@@ -538,7 +538,7 @@ def test_a_noop_resync_checks_and_renders_nothing_again(
         checked.append(spec.pool)
         return real(spec)
 
-    monkeypatch.setattr("drakit.publisher.check_pool", counting)
+    monkeypatch.setattr("drakit.publish.publisher.check_pool", counting)
     pub = make(api, desired)
     pub.sync_once()
     assert sorted(checked) == ["extra", NODE]

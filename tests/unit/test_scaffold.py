@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from drakit.cli import main
+from drakit.commands.cli import main
 from drakit.hookspecs import API_VERSION
 from drakit.scaffold import ScaffoldError, new_plugin, render, scaffold_for
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from drakit.config import DrakitSettings
-from drakit.runtime import open_host
+from drakit.host.startup import open_host
 from drakit.sim import (
     BUILTIN_DISTRIBUTION,
     MachineSpec,
@@ -170,7 +170,7 @@ def drakit(site: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAKIT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.run(
-        [sys.executable, "-c", "from drakit.cli import main; main()", *argv],
+        [sys.executable, "-c", "from drakit.commands.cli import main; main()", *argv],
         capture_output=True,
         text=True,
         env=env,
@@ -241,8 +241,8 @@ def test_a_real_root_loads_nothing_of_the_simulator(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import sys
         from drakit.config import DrakitSettings
-        from drakit.runtime import open_host
-        import drakit.cli, drakit.node, drakit_cpu.cli
+        from drakit.host.startup import open_host
+        import drakit.commands.cli, drakit.node.daemon, drakit_cpu.cli
         settings = DrakitSettings(sysfs_root={str(tmp_path)!r}, plugins={{"composite": {{}}}})
         with open_host(settings) as host:
             assert host.libraries == {{}}

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 
 from drakit.config import DrakitSettings
 from drakit.errors import SliceValidationError
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.startup import open_host
 from drakit.models import (
     CounterConsumption,
     CounterSet,
@@ -30,9 +31,7 @@ from drakit.models import (
     ValidRange,
     attribute,
 )
-from drakit.runtime import open_host
-from drakit.sim import list_profiles, profile_info
-from drakit.slices import (
+from drakit.publish.render import (
     API_VERSION,
     PoolSpec,
     check_pool,
@@ -40,6 +39,7 @@ from drakit.slices import (
     render_slices,
     slice_name,
 )
+from drakit.sim import list_profiles, profile_info
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 

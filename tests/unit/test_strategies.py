@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from drakit.cli import main
+from drakit.commands.cli import main
 from drakit.config import DrakitSettings
 from drakit.errors import PermanentError, PluginLoadError
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost, installed_plugins, installed_strategies
+from drakit.host.startup import DEFAULT_PLUGINS, open_host
 from drakit.models import Device, NodeInfo
-from drakit.pluginhost import PluginHost, installed_plugins, installed_strategies
-from drakit.runtime import DEFAULT_PLUGINS, open_host
 from drakit.strategies import NUMA_ATTRIBUTE, Strategy
 from drakit.strategy_models import SelectionRequest, ShapedClaim, SimpleRequest
 

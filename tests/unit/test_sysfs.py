@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from drakit.runtime import fast_tmp
+from drakit.host.startup import fast_tmp
 from drakit.sim import MachineSpec, PciDeviceSpec, PciRootSpec, SysfsBuilder, get_profile
 from drakit.sysfs import (
     NUMA_NODE,

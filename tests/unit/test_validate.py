@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from drakit.cli import main
+from drakit.commands.cli import main
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 

@@ -18,12 +18,12 @@ import kubernetes.client
 import pytest
 from tests.e2e.webhookproc import Certificates, make_certificates
 
-from drakit.admission import PAIRS_ANNOTATION, Admission, AdmissionSettings
 from drakit.config import DrakitSettings
+from drakit.host.pluginhost import PluginHost
 from drakit.kube import KubeClient
 from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost
 from drakit.webhook import WebhookServer
+from drakit.webhook.admission import PAIRS_ANNOTATION, Admission, AdmissionSettings
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
@@ -141,7 +141,7 @@ def test_unreadable_files_fail_at_start(tmp_path: Path) -> None:
 def test_the_command_refuses_a_bad_certificate_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from drakit.cli import main
+    from drakit.commands.cli import main
 
     bad = tmp_path / "bad.pem"
     bad.write_text("not a certificate\n")

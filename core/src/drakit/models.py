@@ -1,8 +1,8 @@
 """pydantic models that cross drakit's boundaries: hooks, the kubelet services and the API server.
 
 Every value a plugin receives from core is frozen. Device models mirror ``resource.k8s.io/v1``
-(see ``docs/architecture.md``); :mod:`drakit.slices` renders them to ResourceSlice objects and
-checks the API server's limits before anything is sent.
+(see ``docs/architecture.md``); :mod:`drakit.publish.render` renders them to ResourceSlice objects
+and checks the API server's limits before anything is sent.
 """
 
 from __future__ import annotations

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import fast_tmp
 from drakit.models import (
     ClaimPrepareResult,
     ClaimRef,
     ClaimUnprepareResult,
     PreparedDevice,
 )
-from drakit.pluginhost import PluginHost
-from drakit.runtime import fast_tmp
+from drakit.prepare.pipeline import DriverState
 from drakit.sim import get_profile
-from drakit.state import DriverState
 from drakit.testing import ClaimStore, RunningNode, build_sim_node, run_node
 from drakit_amd_ainic.plugin import AmdAinicPlugin
 from drakit_amd_ainic.sim import SriovKernel

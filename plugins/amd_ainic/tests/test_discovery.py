@@ -14,9 +14,9 @@ import yaml
 
 from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import fast_tmp
 from drakit.models import Device, NodeInfo
-from drakit.pluginhost import PluginHost
-from drakit.runtime import fast_tmp
 from drakit.sim import build_profile
 from drakit.testing import SimNode, build_sim_node, open_host
 from drakit.testing.plugin import SimNodeFactory

@@ -8,13 +8,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost
 from drakit.models import AllocatedDevice, ClaimInfo, ClaimRef, NodeInfo
-from drakit.pluginhost import PluginHost
+from drakit.prepare.pipeline import DriverState
 from drakit.sim import build_profile, get_profile
-from drakit.state import DriverState
 from drakit.strategy_models import SelectionRequest
 from drakit_amd_ainic.ledger import Ledger
 from drakit_amd_ainic.sim import SriovKernel, vf_settings

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from drakit.config import DrakitSettings
+from drakit.host.pluginhost import Discovered, PluginHost
+from drakit.host.startup import fast_tmp
 from drakit.models import Device, NodeInfo
-from drakit.pluginhost import Discovered, PluginHost
-from drakit.runtime import fast_tmp
+from drakit.publish.render import render_slices
 from drakit.sim import SysfsBuilder, build_profile, get_profile
-from drakit.slices import render_slices
 from drakit.sysfs import read_pci_function
 from drakit_amd_ainic.discovery import SysfsCache, read_ainics, read_function, read_vf, read_vfs
 from drakit_amd_ainic.sim import ainic_machine

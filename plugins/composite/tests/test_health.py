@@ -1,7 +1,7 @@
 """A pair is unhealthy, and tainted, while one of its members is (the node's health poll).
 
-The whole node (:class:`drakit.node.Node`, no cluster, no kubelet sockets) runs the NVIDIA GPU,
-AINIC and composite backends under one driver on ``h200-8gpu-8ainic``. A NIC's link goes down
+The whole node (:class:`drakit.node.daemon.Node`, no cluster, no kubelet sockets) runs the NVIDIA
+GPU, AINIC and composite backends under one driver on ``h200-8gpu-8ainic``. A NIC's link goes down
 in the simulated sysfs, or a GPU gets an XID in the fake NVML (the backends' health seams);
 nothing of drakit is mocked.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
-from drakit.node import UNHEALTHY_TAINT, Node
+from drakit.node.daemon import UNHEALTHY_TAINT, Node
 from drakit_amd_ainic.sim import set_link
 from drakit_nvidia_gpu.sim import inject_xid, load_nvml_description
 

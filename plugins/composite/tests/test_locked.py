@@ -2,8 +2,8 @@
 
 ``h200-8gpu-8ainic`` has two NUMA nodes of 112 CPUs (56 cores, SMT 2). With
 ``locked: [{plugin: cpu, shares: 4}]`` each group is published four more times as a share of 28
-CPUs. The prepare pipeline (:class:`drakit.state.DriverState`) runs over the real plugin host;
-the CPU backend chooses the CPUs from the simulated sysfs. Nothing of drakit is mocked.
+CPUs. The prepare pipeline (:class:`drakit.prepare.pipeline.DriverState`) runs over the real plugin
+host; the CPU backend chooses the CPUs from the simulated sysfs. Nothing of drakit is mocked.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
-from drakit.demo import InMemoryClaims
 from drakit.deviceclasses import render_device_classes
 from drakit.errors import ConfigInvalid
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import open_host
 from drakit.models import ClaimRef
-from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
-from drakit.state import DriverState
+from drakit.prepare.pipeline import DriverState
 
 DRIVER = "cpus.example.com"
 PROFILE = "h200-8gpu-8ainic"

@@ -9,9 +9,9 @@ import pytest
 from drakit.config import DrakitSettings
 from drakit.deviceclasses import render_device_classes
 from drakit.errors import ConfigInvalid
-from drakit.inventory import build_inventory
-from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import open_host
 
 SHARED = "gpu-nic.example.com"
 PLUGINS = {

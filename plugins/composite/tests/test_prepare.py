@@ -1,6 +1,6 @@
 """A pair's prepare goes through its members' own backends: the real pipeline, simulated h200.
 
-The prepare pipeline (:class:`drakit.state.DriverState`) runs over the plugin host of
+The prepare pipeline (:class:`drakit.prepare.pipeline.DriverState`) runs over the plugin host of
 ``h200-8gpu-8ainic`` with the NVIDIA GPU, AINIC and composite backends under one driver; claims
 come from an in-memory claim source. Nothing of drakit is mocked: the GPU backend prepares
 through the simulated root's fake NVML, the AINIC backend through the simulated sysfs.
@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
+from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
-from drakit.demo import InMemoryClaims
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import open_host
 from drakit.models import ClaimRef
-from drakit.pluginhost import PluginHost
-from drakit.runtime import open_host
+from drakit.prepare.pipeline import DriverState
 from drakit.sim import SysfsBuilder, get_profile
-from drakit.state import DriverState
 from drakit_amd_ainic.sim import SriovKernel
 
 DRIVER = "gpu-nic.example.com"

@@ -1,4 +1,6 @@
-"""``drakit cpu``, invoked through its click group (core adds it via the drakit.cli entry point)."""
+"""``drakit cpu``, invoked through its click group (core adds it via the drakit.commands.cli
+entry point).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from drakit.runtime import fast_tmp
+from drakit.host.startup import fast_tmp
 from drakit.testing import build_sim_node
 from drakit_cpu.cli import cpu
 

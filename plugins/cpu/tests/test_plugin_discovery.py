@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from drakit.errors import ConfigInvalid
+from drakit.host.startup import fast_tmp
 from drakit.models import Device
-from drakit.runtime import fast_tmp
 from drakit.sim import get_profile
 from drakit.testing import SimHost, SimNode, build_sim_node, open_host
 from drakit.testing.plugin import HostFactory as KitHosts

@@ -2,7 +2,7 @@
 
 Every test builds a simulated node with the kit (``drakit_sim_node``: sysfs plus the fake
 NVML's files) and opens the plugin host through :func:`drakit.testing.open_host` (which goes
-through :func:`drakit.runtime.open_host`, handing the backend the root's fake NVML): the
+through :func:`drakit.host.startup.open_host`, handing the backend the root's fake NVML): the
 backend's code path is the one it takes over nvidia-ml-py.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from drakit.host.pluginhost import PluginHost
 from drakit.models import AllocatedDevice, ClaimInfo
-from drakit.pluginhost import PluginHost
 from drakit.sim import get_profile
 from drakit.testing import SimNode, open_host
 from drakit.testing.plugin import SimNodeFactory

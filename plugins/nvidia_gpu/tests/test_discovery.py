@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from drakit.inventory import build_inventory
+from drakit.host.inventory import build_inventory
 from drakit.models import Device
 from drakit.sysfs import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
 from drakit_nvidia_gpu.sim import load_nvml_description

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from drakit.host.pluginhost import PluginHost
 from drakit.models import DeviceHealth
-from drakit.pluginhost import PluginHost
 from drakit_nvidia_gpu.sim import inject_gpu_lost, inject_xid, load_nvml_description, recover_gpu
 
 DRIVER = "gpu.nvidia.drakit.io"

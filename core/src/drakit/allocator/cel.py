@@ -45,8 +45,8 @@ def _cel() -> ModuleType:
     """The CEL library, imported on first use.
 
     Its package also loads its interactive shell (prompt_toolkit, ~14 MiB), which a node driver
-    that never evaluates a selector should not carry (``drakit.cli`` reaches this module through
-    ``drakit explain``).
+    that never evaluates a selector should not carry (``drakit.commands.cli`` reaches this module
+    through ``drakit explain``).
     """
     import cel  # noqa: PLC0415
 

@@ -82,7 +82,7 @@ def grpc_initialised() -> Iterator[None]:
 
     grpc has no public call for that: its core initialises when the process makes its first
     server or channel, so an unstarted server (no port, no threads of its own) is made and
-    kept for the block. :meth:`drakit.node.Node.start` holds it from the beginning of its
+    kept for the block. :meth:`drakit.node.daemon.Node.start` holds it from the beginning of its
     start-up: grpc's core allocates about 2 MiB while it initialises and frees them at once,
     and start-up still has to allocate more than that, in the memory they leave free. When
     the first kubelet server initialised it, after discovery, those 2 MiB were the node

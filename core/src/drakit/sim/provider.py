@@ -1,6 +1,6 @@
 """The simulator as the runtime reaches it: the ``drakit.simulator`` entry point's object.
 
-:mod:`drakit.runtime` (what ``drakit node``, ``demo``, ``slices``... start through) never
+:mod:`drakit.host.startup` (what ``drakit node``, ``demo``, ``slices``... start through) never
 imports :mod:`drakit.sim`; it loads :data:`SIMULATOR` by entry point when a ``--profile`` or a
 simulated ``--sysfs-root`` asks for it. Vendor-library stand-ins come from the
 ``drakit.sim_libraries`` entry point group, one factory per backend that has some (the NVIDIA

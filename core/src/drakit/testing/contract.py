@@ -31,11 +31,11 @@ import pytest
 
 from drakit.allocator import ResourceSlice
 from drakit.errors import ConfigInvalid
+from drakit.host.pluginhost import Discovered
+from drakit.host.startup import fast_tmp
 from drakit.models import DeviceKey
-from drakit.pluginhost import Discovered
-from drakit.runtime import fast_tmp
+from drakit.publish.render import check_pool, render_checked
 from drakit.sim import MachineSpec
-from drakit.slices import check_pool, render_checked
 from drakit.testing.nodes import (
     RunningNode,
     SimHost,

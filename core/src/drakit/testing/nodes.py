@@ -1,8 +1,8 @@
 """Simulated nodes, plugin hosts and in-process drakit nodes for a backend's tests.
 
 Everything here runs the code a real node runs: :func:`open_host` goes through
-:func:`drakit.runtime.open_host` (the plugin host, the simulated root's vendor-library
-stand-ins), :func:`run_node` starts a :class:`drakit.node.Node` that serves the real kubelet
+:func:`drakit.host.startup.open_host` (the plugin host, the simulated root's vendor-library
+stand-ins), :func:`run_node` starts a :class:`drakit.node.daemon.Node` that serves the real kubelet
 gRPC sockets, and :class:`KubeletSide` calls them over the wire as the kubelet does. Only the
 hardware is simulated (a tree from :mod:`drakit.sim`) and the API server is replaced by
 :class:`ClaimStore`, an in-memory claim source.
@@ -24,10 +24,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from drakit.cdi import CdiWriter
 from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
-from drakit.inventory import InventorySnapshot, build_inventory
+from drakit.host.inventory import InventorySnapshot, build_inventory
+from drakit.host.pluginhost import Discovered, PluginHost
+from drakit.host.startup import fast_tmp
+from drakit.host.startup import open_host as _runtime_host
 from drakit.kubelet.client import KubeletClient
 from drakit.models import (
     ClaimInfo,
@@ -38,10 +40,8 @@ from drakit.models import (
     PreparedDevice,
     PreparedDeviceRef,
 )
-from drakit.node import Node
-from drakit.pluginhost import Discovered, PluginHost
-from drakit.runtime import fast_tmp
-from drakit.runtime import open_host as _runtime_host
+from drakit.node.daemon import Node
+from drakit.prepare.cdi import CdiWriter
 from drakit.sim import MachineSpec, SysfsBuilder, build_profile
 
 __all__ = [
@@ -129,7 +129,7 @@ def _settings(config: Mapping[str, Any], node: SimNode, **paths: Any) -> DrakitS
 class SimHost:
     """A plugin host on a simulated node (what :func:`open_host` returns).
 
-    The methods are those of :class:`drakit.pluginhost.PluginHost` a backend's tests use;
+    The methods are those of :class:`drakit.host.pluginhost.PluginHost` a backend's tests use;
     :attr:`host` is the plugin host itself for anything else.
     """
 
@@ -504,7 +504,7 @@ class RunningNode:
     """An in-process ``drakit node`` serving the kubelet sockets, without a cluster.
 
     Attributes:
-        node: the :class:`drakit.node.Node`.
+        node: the :class:`drakit.node.daemon.Node`.
         claims: its claim source; :meth:`ClaimStore.add` a claim before preparing it.
         kubelet: the kubelet side of its sockets.
         sim: the simulated node it runs on.
@@ -552,7 +552,7 @@ class RunningNode:
 
 @contextmanager
 def run_node(config: Mapping[str, Any], node: SimNode, *, state_dir: Path) -> Iterator[RunningNode]:
-    """Start a :class:`drakit.node.Node` for ``config`` on ``node``; stop it on exit.
+    """Start a :class:`drakit.node.daemon.Node` for ``config`` on ``node``; stop it on exit.
 
     The node serves the real kubelet sockets (registration and DRA service per driver) in a
     short temporary kubelet directory (Unix socket paths are limited to 107 bytes), reads

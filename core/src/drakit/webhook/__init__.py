@@ -1,7 +1,7 @@
 """drakit's admission webhook transport: an HTTPS server speaking ``admission.k8s.io/v1``.
 
 The decisions are made by an engine reached through :class:`AdmissionEngine`
-(``drakit.admission.Admission`` in ``drakit webhook``), as :mod:`drakit.kubelet` reaches the
+(``drakit.webhook.admission.Admission`` in ``drakit webhook``), as :mod:`drakit.kubelet` reaches the
 node's handlers, so this package imports neither the plugin host nor the Kubernetes client.
 """
 

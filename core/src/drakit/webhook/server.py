@@ -7,7 +7,7 @@
 
 This module is transport only: it parses AdmissionReviews, calls the engine through the
 :class:`AdmissionEngine` protocol and writes the answer; what to admit is the engine's
-business (``drakit.admission``). Certificate and key are re-read when either file's size or
+business (``drakit.webhook.admission``). Certificate and key are re-read when either file's size or
 modification time changes (cert-manager rotates them in place), checked on each new
 connection; a pair that fails to load (half written) keeps the previous one in use.
 """
@@ -38,7 +38,7 @@ _IO_TIMEOUT = 30.0
 
 
 class AdmissionEngine(Protocol):
-    """What the server calls; implemented by :class:`drakit.admission.Admission`."""
+    """What the server calls; implemented by :class:`drakit.webhook.admission.Admission`."""
 
     def mutate_pod(self, request: AdmissionRequest) -> AdmissionResponse:
         """Answer a pod admission (may patch the pod)."""

@@ -23,7 +23,7 @@ import orjson
 
 from drakit.errors import PermanentError
 from drakit.models import CdiEdits
-from drakit.safefs import (
+from drakit.prepare.safefs import (
     DIR_MODE,
     PUBLIC_FILE_MODE,
     NotRegular,

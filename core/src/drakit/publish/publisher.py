@@ -1,7 +1,7 @@
 """Keep this node's ResourceSlices in the API server equal to what discovery found.
 
 :class:`ResourceSlicePublisher` reconciles, per ``(driver, pool)``, the slices rendered by
-:func:`drakit.slices.render_pool` with the slices the API server holds for this node. The
+:func:`drakit.publish.render.render_pool` with the slices the API server holds for this node. The
 algorithm and its guarantees are described in ``docs/publishing.md``; in short:
 
 * steady state makes no writes: observed slices are compared semantically with the desired
@@ -32,7 +32,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from drakit.errors import ConflictError, DrakitError, NotFoundError, PermanentError, RetryableError
-from drakit.slicediff import (
+from drakit.publish.diff import (
     PoolKey,
     dropped_fields,
     fingerprint,
@@ -44,7 +44,7 @@ from drakit.slicediff import (
     resource_version,
     semantically_equal,
 )
-from drakit.slices import PoolSpec, check_pool, render_checked
+from drakit.publish.render import PoolSpec, check_pool, render_checked
 
 if TYPE_CHECKING:
     from drakit.kube import KubeClient  # the Kubernetes client loads only where a node has one
@@ -261,8 +261,8 @@ class ResourceSlicePublisher:
     def rejected(self) -> dict[PoolKey, list[str]]:
         """``(driver, pool)`` -> why each device or counter set left out of it was rejected.
 
-        A device the API server would reject (:func:`drakit.slices.check_pool`) is left out of
-        its pool, which is published without it; the error is logged and recorded as a Warning
+        A device the API server would reject (:func:`drakit.publish.render.check_pool`) is left out
+        of its pool, which is published without it; the error is logged and recorded as a Warning
         Event on the Node once, and counted here until discovery stops returning it.
         """
         return {k: list(v) for k, v in self._rejected.items()}

@@ -1,6 +1,6 @@
 """The pure part of publishing: comparing the slices drakit wants with those the server holds.
 
-No I/O and no state: :mod:`drakit.publisher` decides what to write from these answers.
+No I/O and no state: :mod:`drakit.publish.publisher` decides what to write from these answers.
 
 * :func:`semantically_equal`: whether an observed ``spec`` carries the desired one (server-set
   fields, defaulted empties and quantity spellings ignored);

@@ -56,8 +56,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from drakit.cdi import CdiWriter
-from drakit.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
 from drakit.errors import (
     ConfigInvalid,
     ConflictError,
@@ -66,8 +64,8 @@ from drakit.errors import (
     PermanentError,
     RetryableError,
 )
-from drakit.faults import crash_point
-from drakit.inventory import Inventory, InventorySnapshot
+from drakit.host.inventory import Inventory, InventorySnapshot
+from drakit.host.pluginhost import PluginHost
 from drakit.models import (
     AllocatedDevice,
     ClaimInfo,
@@ -78,8 +76,10 @@ from drakit.models import (
     PreparedDevice,
     PreparedDeviceRef,
 )
-from drakit.pluginhost import PluginHost
-from drakit.safefs import check_component, ensure_dir, open_private
+from drakit.prepare.cdi import CdiWriter
+from drakit.prepare.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
+from drakit.prepare.faults import crash_point
+from drakit.prepare.safefs import check_component, ensure_dir, open_private
 
 __all__ = [
     "MAX_CONFIG_DEPTH",

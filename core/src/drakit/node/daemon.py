@@ -28,18 +28,18 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from drakit.checkpoint import read_boot_id
 from drakit.config import DrakitSettings
 from drakit.errors import DrakitError, PermanentError, RetryableError
-from drakit.inventory import Inventory, InventorySnapshot
+from drakit.host.inventory import Inventory, InventorySnapshot
+from drakit.host.pluginhost import PluginHost
+from drakit.host.startup import open_host
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer, grpc_initialised
-from drakit.metrics import Metrics, ProbeServer
 from drakit.models import DeviceHealth, DeviceTaint
-from drakit.pluginhost import PluginHost
-from drakit.publisher import ResourceSlicePublisher
-from drakit.runtime import open_host
-from drakit.slices import PoolSpec
-from drakit.state import ClaimSource, DriverState
+from drakit.node.metrics import Metrics, ProbeServer
+from drakit.prepare.checkpoint import read_boot_id
+from drakit.prepare.pipeline import ClaimSource, DriverState
+from drakit.publish.publisher import ResourceSlicePublisher
+from drakit.publish.render import PoolSpec
 
 if TYPE_CHECKING:
     from drakit.kube import KubeClient  # the Kubernetes client loads only where a node has one

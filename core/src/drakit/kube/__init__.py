@@ -13,7 +13,7 @@ Errors are mapped onto drakit's taxonomy:
   :class:`~drakit.errors.PermanentError`, each with the server's own message.
 
 urllib3 makes no retries of its own: backing off is the caller's job (see
-:mod:`drakit.publisher`).
+:mod:`drakit.publish.publisher`).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from drakit.config import DrakitSettings
+from drakit.host.pluginhost import PluginHost, installed_plugins
 from drakit.models import NodeInfo
-from drakit.pluginhost import PluginHost, installed_plugins
 from drakit.simseam import fast_tmp, is_simulated, simulator
 
 __all__ = [

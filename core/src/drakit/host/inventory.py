@@ -7,7 +7,8 @@ dataclasses, read-only mappings), so a reader holds one snapshot for as long as 
 
 :class:`Inventory` owns the current snapshot of a node: the publisher's discovery rounds
 (through :meth:`Inventory.refresh`) replace it in one assignment, and the prepare pipeline
-(``drakit.state``) reads it once per kubelet call, so one call never sees two discovery rounds.
+(``drakit.prepare.pipeline``) reads it once per kubelet call, so one call never sees two discovery
+rounds.
 
 The publisher (node) and the CLI (``drakit discover``, ``drakit slices``) share this path, so
 what a user previews is exactly what a node publishes.
@@ -21,9 +22,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from drakit.host.pluginhost import Discovered, PluginHost
 from drakit.models import Device, DeviceKey
-from drakit.pluginhost import Discovered, PluginHost
-from drakit.slices import PoolSpec, pools_from_devices, render_pool
+from drakit.publish.render import PoolSpec, pools_from_devices, render_pool
 
 __all__ = ["Inventory", "InventorySnapshot", "build_inventory"]
 

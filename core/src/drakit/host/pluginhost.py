@@ -391,7 +391,7 @@ class PluginHost:
     # -- discovery -----------------------------------------------------------------------------
 
     def discover(self) -> Discovered:
-        """Run discovery, enrichment and composition (``drakit.inventory`` keeps the result).
+        """Run discovery, enrichment and composition (``drakit.host.inventory`` keeps the result).
 
         Raises:
             PermanentError: a plugin returned something invalid (duplicate device, conflicting

@@ -31,11 +31,11 @@ from drakit.allocator.api import ClaimSpec
 from drakit.config import DrakitSettings, load_settings, validation_errors
 from drakit.deviceclasses import DeviceClassSpec, render_device_classes
 from drakit.errors import ConfigInvalid, PermanentError
-from drakit.explain import explain_text
+from drakit.explain.report import explain_text
+from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimRef, Device, DeviceKey
-from drakit.node import Node
-from drakit.runtime import fast_tmp
+from drakit.node.daemon import Node
 from drakit.strategy_models import SimpleRequest
 
 __all__ = [

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from drakit.allocator import DeviceClass, Node, ResourceClaim, ResourceSlice
 from drakit.config import validation_errors
 from drakit.errors import ConfigInvalid
-from drakit.explain import Explanation, explain, render
+from drakit.explain.report import Explanation, explain, render
 
 __all__ = ["explain_command", "read_objects"]
 

@@ -44,15 +44,15 @@ from drakit.config import (
     yaml_shape_problem,
 )
 from drakit.errors import ConfigInvalid, DrakitError
-from drakit.models import NodeInfo
-from drakit.pluginhost import (
+from drakit.host.pluginhost import (
     PLUGIN_GROUP,
     PluginHost,
     installed_plugins,
     installed_strategies,
     load_entry_points,
 )
-from drakit.runtime import default_sections, effective_settings
+from drakit.host.startup import default_sections, effective_settings
+from drakit.models import NodeInfo
 
 __all__ = ["Problem", "validate_claim_files", "validate_config"]
 

@@ -50,7 +50,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.models import PreparedDevice, PreparedDeviceRef
-from drakit.safefs import NotRegular, fs_error, read_regular
+from drakit.prepare.safefs import NotRegular, fs_error, read_regular
 
 __all__ = [
     "CHECKPOINT_API_VERSION",

@@ -25,12 +25,12 @@ from drakit.config import (
     validation_errors,
 )
 from drakit.errors import ConfigInvalid, DrakitError
-from drakit.inventory import build_inventory
-from drakit.pluginhost import (
+from drakit.host.inventory import build_inventory
+from drakit.host.pluginhost import (
     installed_plugins,
     installed_strategies,
 )
-from drakit.runtime import effective_settings, open_host
+from drakit.host.startup import effective_settings, open_host
 
 __all__ = ["main"]
 
@@ -104,7 +104,7 @@ def _settings(
     )
 
 
-_LAZY_COMMANDS = {"explain": ("drakit.explain_cmd", "explain_command")}
+_LAZY_COMMANDS = {"explain": ("drakit.commands.explain", "explain_command")}
 """Built-in commands imported only when run: ``explain`` brings the whole allocator (the
 ``resource.k8s.io`` models and CEL), which ``drakit node`` never uses."""
 
@@ -290,8 +290,8 @@ def shape(
     The shipped strategies prefer their alignment and fall back to any placement
     (`firstAvailable`); `--required` makes the alignment a hard constraint.
     """
+    from drakit.host.pluginhost import PluginHost  # noqa: PLC0415
     from drakit.models import NodeInfo  # noqa: PLC0415
-    from drakit.pluginhost import PluginHost  # noqa: PLC0415
     from drakit.strategy_models import SimpleRequest  # noqa: PLC0415
 
     try:
@@ -315,8 +315,8 @@ def shape(
 def deviceclasses(config_path: Path | None, output: str) -> None:
     """Print the DeviceClasses of the configured backends (YAML you can `kubectl apply`)."""
     from drakit.deviceclasses import render_device_classes  # noqa: PLC0415
+    from drakit.host.pluginhost import PluginHost  # noqa: PLC0415
     from drakit.models import NodeInfo  # noqa: PLC0415
-    from drakit.pluginhost import PluginHost  # noqa: PLC0415
 
     settings = effective_settings(load_settings(config_path))
     host = PluginHost(settings, NodeInfo(name="deviceclasses", sysfs_root="/"))
@@ -336,7 +336,7 @@ def deviceclasses(config_path: Path | None, output: str) -> None:
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 def config_validate(file: Path) -> None:
     """Check FILE and DRAKIT_* as start-up would; print each error with its source and the fix."""
-    from drakit.validate import validate_config  # noqa: PLC0415
+    from drakit.commands.validate import validate_config  # noqa: PLC0415
 
     problems, names = validate_config(file)
     if problems:
@@ -381,7 +381,7 @@ def claim() -> None:
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
 def claim_validate(files: tuple[Path, ...], config_path: Path | None) -> None:
     """Check the opaque configs in FILES through the plugins that own them; exit 2 on errors."""
-    from drakit.validate import validate_claim_files  # noqa: PLC0415
+    from drakit.commands.validate import validate_claim_files  # noqa: PLC0415
 
     problems, checked = validate_claim_files(files, config=config_path)
     if problems:
@@ -422,7 +422,7 @@ def node(
     import os  # noqa: PLC0415
 
     from drakit.kube import KubeClient  # noqa: PLC0415 - only the node talks to a cluster
-    from drakit.node import Node  # noqa: PLC0415
+    from drakit.node.daemon import Node  # noqa: PLC0415
 
     overrides: dict[str, Any] = {
         "kubeconfig": kubeconfig,
@@ -480,11 +480,11 @@ def webhook(
     pair_class: str,
 ) -> None:
     """Serve the admission webhook over HTTPS: /mutate-pods, /validate-claims, /healthz."""
-    from drakit.admission import Admission, AdmissionSettings  # noqa: PLC0415
+    from drakit.host.pluginhost import PluginHost  # noqa: PLC0415
     from drakit.kube import KubeClient  # noqa: PLC0415
     from drakit.models import NodeInfo  # noqa: PLC0415
-    from drakit.pluginhost import PluginHost  # noqa: PLC0415
     from drakit.webhook import WebhookServer  # noqa: PLC0415
+    from drakit.webhook.admission import Admission, AdmissionSettings  # noqa: PLC0415
 
     settings = effective_settings(load_settings(config_path, overrides={"kubeconfig": kubeconfig}))
     logging.getLogger().setLevel(settings.log_level)
@@ -525,7 +525,7 @@ def webhook(
 )
 def demo(profile: str | None, config_path: Path | None, claim_path: Path | None) -> None:
     """Run drakit end to end on simulated hardware; needs no cluster."""
-    from drakit.demo import run_demo  # noqa: PLC0415 - the demo pulls in the node services
+    from drakit.commands.demo import run_demo  # noqa: PLC0415 - the demo pulls in the node services
 
     run_demo(profile, config=config_path, claim=claim_path)
 

@@ -1,0 +1,1 @@
+"""The ``drakit`` command line: one module per command group."""

@@ -1,0 +1,1 @@
+"""Loading: settings, the plugin host (stevedore, pluggy), discovery, start-up."""

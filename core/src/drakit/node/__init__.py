@@ -1,0 +1,1 @@
+"""``drakit node``: the daemon that runs discovery, publishing, the kubelet services and health."""

@@ -1,0 +1,1 @@
+"""Preparing claims: the pipeline, its checkpoint, CDI specs, safe file operations."""
