@@ -31,18 +31,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from drakit.config import (
-    DrakitSettings,
-    DriverName,
-    PluginSettings,
-    env_variable,
-    known_keys,
-    load_settings,
-    plugin_drivers,
-    read_config_file,
-    validation_errors,
-    yaml_shape_problem,
-)
+from drakit.config import DriverName, PluginSettings, validation_errors
 from drakit.errors import ConfigInvalid, DrakitError
 from drakit.host.pluginhost import (
     PLUGIN_GROUP,
@@ -50,6 +39,15 @@ from drakit.host.pluginhost import (
     installed_plugins,
     installed_strategies,
     load_entry_points,
+)
+from drakit.host.settings import (
+    DrakitSettings,
+    env_variable,
+    known_keys,
+    load_settings,
+    plugin_drivers,
+    read_config_file,
+    yaml_shape_problem,
 )
 from drakit.host.startup import default_sections, effective_settings
 from drakit.models import NodeInfo

@@ -24,16 +24,11 @@ import stevedore
 from pydantic import BaseModel, ValidationError
 
 from drakit import hookspecs
-from drakit.config import (
-    DrakitSettings,
-    PluginSettings,
-    known_keys,
-    plugin_drivers,
-    validation_errors,
-)
+from drakit.config import PluginSettings, validation_errors
 from drakit.context import Members, PluginContext
 from drakit.deviceclasses import DeviceClassSpec
 from drakit.errors import ConfigInvalid, DrakitError, PermanentError, PluginLoadError
+from drakit.host.settings import DrakitSettings, known_keys, plugin_drivers
 from drakit.models import (
     ClaimInfo,
     Device,
