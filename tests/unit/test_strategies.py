@@ -15,7 +15,8 @@ import pytest
 from drakit.commands.cli import main
 from drakit.errors import PermanentError, PluginLoadError
 from drakit.host.inventory import build_inventory
-from drakit.host.pluginhost import PluginHost, installed_plugins, installed_strategies
+from drakit.host.loader import installed_plugins, installed_strategies
+from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import DEFAULT_PLUGINS, open_host
 from drakit.models import Device, NodeInfo

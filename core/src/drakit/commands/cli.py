@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from drakit.config import validation_errors
 from drakit.errors import ConfigInvalid, DrakitError
 from drakit.host.inventory import build_inventory
-from drakit.host.pluginhost import (
+from drakit.host.loader import (
     installed_plugins,
     installed_strategies,
 )

@@ -33,13 +33,13 @@ from pydantic import TypeAdapter, ValidationError
 
 from drakit.config import DriverName, PluginSettings, validation_errors
 from drakit.errors import ConfigInvalid, DrakitError
-from drakit.host.pluginhost import (
+from drakit.host.loader import (
     PLUGIN_GROUP,
-    PluginHost,
     installed_plugins,
     installed_strategies,
     load_entry_points,
 )
+from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import (
     DrakitSettings,
     env_variable,

@@ -15,7 +15,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from drakit.host.pluginhost import PluginHost, installed_plugins
+from drakit.host.loader import installed_plugins
+from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.models import NodeInfo
 from drakit.simseam import fast_tmp, is_simulated, simulator

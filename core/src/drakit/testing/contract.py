@@ -31,7 +31,7 @@ import pytest
 
 from drakit.allocator import ResourceSlice
 from drakit.errors import ConfigInvalid
-from drakit.host.pluginhost import Discovered
+from drakit.host.discovery import Discovered
 from drakit.host.startup import fast_tmp
 from drakit.models import DeviceKey
 from drakit.publish.render import check_pool, render_checked
