@@ -56,9 +56,9 @@ from typing import Any, Protocol
 from benchmarks.common import Baseline, Report, calibration_workload, interleaved, median
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimPrepareResult, ClaimRef, ClaimUnprepareResult, NodeInfo

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from benchmarks.common import Baseline, Report, interleaved, median, repeat_timed
 
-from drakit.config import DrakitSettings
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp
 from drakit.models import NodeInfo
 from drakit.sim import MachineSpec, SysfsBuilder, build_profile, get_profile

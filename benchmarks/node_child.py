@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
+from drakit.host.settings import DrakitSettings
 from drakit.node.daemon import Node
 
 

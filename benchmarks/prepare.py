@@ -32,7 +32,7 @@ from typing import Any
 from benchmarks.claims import ClaimStore
 from benchmarks.common import Baseline, Report, median, p99, repeat_timed
 
-from drakit.config import DrakitSettings
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimRef

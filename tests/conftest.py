@@ -25,7 +25,7 @@ import pytest
 import stevedore  # noqa: TID251 - see the entry_points fixture
 from tests.fixtures.install import install_fixture_distributions
 
-from drakit.config import DrakitSettings
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp
 from drakit.sim import build_profile
 

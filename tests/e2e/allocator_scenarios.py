@@ -187,8 +187,8 @@ def _made_up(rng: random.Random, node: str) -> list[dict[str, Any]]:
 @functools.cache
 def _profile_slices(profile: str) -> str:
     """The profile's slices as JSON (rendered once per run)."""
-    from drakit.config import DrakitSettings
     from drakit.host.inventory import build_inventory
+    from drakit.host.settings import DrakitSettings
     from drakit.host.startup import open_host
 
     settings = DrakitSettings(profile=profile, node_name="profile-node-xq", plugins=PROFILE_PLUGINS)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from tests.e2e.controlplane import ControlPlane
 
-from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.kube import KubeClient, NotFoundError
 from drakit.models import NetworkData, PreparedDevice, PreparedDeviceRef

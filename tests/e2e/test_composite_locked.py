@@ -39,8 +39,8 @@ from tests.e2e.test_composite_pairs import (
     _wait_published,
 )
 
-from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 
 pytestmark = pytest.mark.e2e

@@ -36,8 +36,8 @@ import pytest
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, KubeletStandIn, wait_for
 from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, kubelet_flags
 
-from drakit.config import DrakitSettings
 from drakit.deviceclasses import render_device_classes
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.sim import build_profile

@@ -21,9 +21,9 @@ import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
 from drakit.host.inventory import build_inventory
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp, open_host
 from drakit.models import ClaimRef
 from drakit.prepare.pipeline import DriverState

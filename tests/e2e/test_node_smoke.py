@@ -31,8 +31,8 @@ from tests.e2e.nodeproc import (
     kubelet_flags,
 )
 
-from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.prepare.cdi import cdi_kind
 

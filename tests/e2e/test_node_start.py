@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
 
-from drakit.config import DrakitSettings
+from drakit.host.settings import DrakitSettings
 from drakit.kube import KubeClient
 from drakit.node.daemon import Node
 

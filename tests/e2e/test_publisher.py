@@ -24,9 +24,9 @@ import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
 from tests.e2e.nodeproc import Proxy, kubeconfig_via
 
-from drakit.config import DrakitSettings
 from drakit.errors import PermanentError, RetryableError
 from drakit.host.inventory import build_inventory
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.kube import KubeClient
 from drakit.models import CounterConsumption, CounterSet, Device

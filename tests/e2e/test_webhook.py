@@ -30,8 +30,8 @@ import pytest
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
 from tests.e2e.webhookproc import WebhookProcess, make_certificates, webhook_configurations
 
-from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import default_sections, fast_tmp, open_host
 from drakit.webhook.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION, TEMPLATE_ANNOTATION
 

@@ -26,8 +26,8 @@ import yaml
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import default_sections, fast_tmp, open_host
 from drakit.models import ClaimRef
 from drakit.prepare.pipeline import DriverState

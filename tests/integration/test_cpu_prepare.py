@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp, open_host
 from drakit.models import ClaimPrepareResult, ClaimRef
 from drakit.prepare.pipeline import DriverState

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 
 DRIVER = "cpu.drakit.io"

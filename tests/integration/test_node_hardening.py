@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
 from drakit.errors import PermanentError
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.kubelet import KubeletPluginServer
 from drakit.kubelet.client import KubeletClient

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.prepare.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord

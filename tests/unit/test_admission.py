@@ -14,9 +14,9 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.kube import KubeClient
 from drakit.models import NodeInfo
 from drakit.webhook import AdmissionRequest, parse_review, to_review

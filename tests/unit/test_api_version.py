@@ -12,10 +12,10 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from drakit.config import DrakitSettings
 from drakit.errors import PluginLoadError
 from drakit.hookspecs import API_VERSION
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.models import NodeInfo
 
 if TYPE_CHECKING:

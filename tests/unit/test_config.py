@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from drakit.commands.cli import main
-from drakit.config import load_settings
 from drakit.errors import ConfigInvalid
-from drakit.host.pluginhost import installed_plugins
+from drakit.host.loader import installed_plugins
+from drakit.host.settings import load_settings
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 

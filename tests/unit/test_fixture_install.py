@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.fixtures.install import FIXTURES, install_fixture_distributions
 
-from drakit.host.pluginhost import installed_plugins, installed_strategies
+from drakit.host.loader import installed_plugins, installed_strategies
 
 ROOT = FIXTURES.parents[1]
 

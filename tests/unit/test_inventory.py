@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.host.inventory import Inventory, InventorySnapshot, build_inventory
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.models import Device, DeviceKey, NodeInfo
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")

@@ -65,9 +65,10 @@ def test_the_cli_loads_the_allocator_only_for_explain() -> None:
 def test_packaging_loads_only_for_a_plugin_that_declares_a_hook_api() -> None:
     """The bundled backends declare no ``hook_api``, so their node has no use for packaging."""
     build = (
-        "from drakit.config import DrakitSettings\n"
+        "from drakit.host.settings import DrakitSettings\n"
         "from drakit.models import NodeInfo\n"
-        "from drakit.host.pluginhost import PluginHost, check_api_version\n"
+        "from drakit.host.loader import check_api_version\n"
+        "from drakit.host.pluginhost import PluginHost\n"
         "backends = ('cpu', 'nvidia_gpu', 'amd_ainic', 'composite')\n"
         "host = PluginHost(DrakitSettings(plugins={b: {} for b in backends}),"
         " NodeInfo(name='n', sysfs_root='/nonexistent'))\n"

@@ -19,10 +19,11 @@ import yaml
 
 from drakit import hookimpl
 from drakit.commands.cli import main
-from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid, PermanentError, PluginLoadError
 from drakit.host.inventory import build_inventory
-from drakit.host.pluginhost import PluginHost, installed_plugins
+from drakit.host.loader import installed_plugins
+from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import (
     AllocatedDevice,

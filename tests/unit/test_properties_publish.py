@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from drakit.config import DrakitSettings, load_settings
 from drakit.cpuset import MAX_CPUS, CpuListError, format_cpulist, parse_cpulist
 from drakit.errors import ConfigInvalid, SliceValidationError
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings, load_settings
 from drakit.models import Device, DeviceAttribute, DeviceTaint, NodeInfo
 from drakit.publish.render import (
     MAX_DEVICES,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from drakit.config import DrakitSettings
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.sim import (
     BUILTIN_DISTRIBUTION,
@@ -240,7 +240,7 @@ def test_a_real_root_loads_nothing_of_the_simulator(tmp_path: Path) -> None:
     (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
     code = textwrap.dedent(f"""
         import sys
-        from drakit.config import DrakitSettings
+        from drakit.host.settings import DrakitSettings
         from drakit.host.startup import open_host
         import drakit.commands.cli, drakit.node.daemon, drakit_cpu.cli
         settings = DrakitSettings(sysfs_root={str(tmp_path)!r}, plugins={{"composite": {{}}}})

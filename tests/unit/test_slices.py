@@ -16,9 +16,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from drakit.config import DrakitSettings
 from drakit.errors import SliceValidationError
 from drakit.host.inventory import build_inventory
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import (
     CounterConsumption,

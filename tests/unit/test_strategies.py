@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from drakit.commands.cli import main
-from drakit.config import DrakitSettings
 from drakit.errors import PermanentError, PluginLoadError
 from drakit.host.inventory import build_inventory
-from drakit.host.pluginhost import PluginHost, installed_plugins, installed_strategies
+from drakit.host.loader import installed_plugins, installed_strategies
+from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import DEFAULT_PLUGINS, open_host
 from drakit.models import Device, NodeInfo
 from drakit.strategies import NUMA_ATTRIBUTE, Strategy

@@ -18,8 +18,8 @@ import kubernetes.client
 import pytest
 from tests.e2e.webhookproc import Certificates, make_certificates
 
-from drakit.config import DrakitSettings
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.kube import KubeClient
 from drakit.models import NodeInfo
 from drakit.webhook import WebhookServer

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from drakit.config import DrakitSettings
 from drakit.errors import ConfigInvalid
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp
 from drakit.models import Device, NodeInfo
 from drakit.sim import build_profile

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.models import AllocatedDevice, ClaimInfo, ClaimRef, NodeInfo
 from drakit.prepare.pipeline import DriverState
 from drakit.sim import build_profile, get_profile

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from drakit.config import DrakitSettings
-from drakit.host.pluginhost import Discovered, PluginHost
+from drakit.host.discovery import Discovered
+from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp
 from drakit.models import Device, NodeInfo
 from drakit.publish.render import render_slices

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
+from drakit.host.settings import DrakitSettings
 from drakit.node.daemon import UNHEALTHY_TAINT, Node
 from drakit_amd_ainic.sim import set_link
 from drakit_nvidia_gpu.sim import inject_xid, load_nvml_description

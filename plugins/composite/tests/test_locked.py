@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
 from drakit.deviceclasses import render_device_classes
 from drakit.errors import ConfigInvalid
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.prepare.pipeline import DriverState

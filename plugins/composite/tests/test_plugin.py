@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.deviceclasses import render_device_classes
 from drakit.errors import ConfigInvalid
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 
 SHARED = "gpu-nic.example.com"

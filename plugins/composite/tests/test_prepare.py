@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from drakit.commands.demo import InMemoryClaims
-from drakit.config import DrakitSettings
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.prepare.pipeline import DriverState

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from drakit.config import DrakitSettings
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.models import NodeInfo
 from drakit.strategy_models import SimpleRequest
 from drakit_cpu.strategies import NumaSpread

@@ -19,17 +19,14 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from drakit.config import (
-    DrakitSettings,
-    load_settings,
-    validation_errors,
-)
+from drakit.config import validation_errors
 from drakit.errors import ConfigInvalid, DrakitError
 from drakit.host.inventory import build_inventory
-from drakit.host.pluginhost import (
+from drakit.host.loader import (
     installed_plugins,
     installed_strategies,
 )
+from drakit.host.settings import DrakitSettings, load_settings
 from drakit.host.startup import effective_settings, open_host
 
 __all__ = ["main"]

@@ -28,10 +28,11 @@ from rich.table import Table
 from drakit.allocator import AllocationError, Allocator, DeviceClass, ResourceClaim, ResourceSlice
 from drakit.allocator import Node as AllocNode
 from drakit.allocator.api import ClaimSpec
-from drakit.config import DrakitSettings, load_settings, validation_errors
+from drakit.config import validation_errors
 from drakit.deviceclasses import DeviceClassSpec, render_device_classes
 from drakit.errors import ConfigInvalid, PermanentError
 from drakit.explain.report import explain_text
+from drakit.host.settings import DrakitSettings, load_settings
 from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimRef, Device, DeviceKey

@@ -31,25 +31,23 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from drakit.config import (
+from drakit.config import DriverName, PluginSettings, validation_errors
+from drakit.errors import ConfigInvalid, DrakitError
+from drakit.host.loader import (
+    PLUGIN_GROUP,
+    installed_plugins,
+    installed_strategies,
+    load_entry_points,
+)
+from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import (
     DrakitSettings,
-    DriverName,
-    PluginSettings,
     env_variable,
     known_keys,
     load_settings,
     plugin_drivers,
     read_config_file,
-    validation_errors,
     yaml_shape_problem,
-)
-from drakit.errors import ConfigInvalid, DrakitError
-from drakit.host.pluginhost import (
-    PLUGIN_GROUP,
-    PluginHost,
-    installed_plugins,
-    installed_strategies,
-    load_entry_points,
 )
 from drakit.host.startup import default_sections, effective_settings
 from drakit.models import NodeInfo

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from drakit.host.pluginhost import Discovered, PluginHost
+from drakit.host.discovery import Discovered
+from drakit.host.pluginhost import PluginHost
 from drakit.models import Device, DeviceKey
 from drakit.publish.render import PoolSpec, pools_from_devices, render_pool
 

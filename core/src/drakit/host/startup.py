@@ -15,8 +15,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from drakit.config import DrakitSettings
-from drakit.host.pluginhost import PluginHost, installed_plugins
+from drakit.host.loader import installed_plugins
+from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.models import NodeInfo
 from drakit.simseam import fast_tmp, is_simulated, simulator
 
@@ -56,7 +57,7 @@ def default_sections(names: Sequence[str]) -> dict[str, dict[str, object]]:
     """Empty sections for ``names``: what the defaults and ``drakit claim validate`` load.
 
     A composite's members among them publish under its driver because their sections name no
-    driver (:func:`drakit.config.plugin_drivers`).
+    driver (:func:`drakit.host.settings.plugin_drivers`).
     """
     return {n: {} for n in names}
 

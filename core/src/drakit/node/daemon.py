@@ -28,10 +28,10 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from drakit.config import DrakitSettings
 from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.host.inventory import Inventory, InventorySnapshot
 from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer, grpc_initialised
 from drakit.models import DeviceHealth, DeviceTaint

@@ -32,10 +32,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from drakit.errors import SliceValidationError
 from drakit.models import (
@@ -394,6 +394,33 @@ class PoolSpec:
     counter_sets: tuple[CounterSet, ...] = ()
 
 
+_Named = TypeVar("_Named", CounterSet, Device)
+
+
+def _kept(
+    items: Iterable[_Named],
+    what: str,
+    where: Callable[[_Named], str],
+    check: Callable[[_Named, str], None],
+    errors: list[SliceValidationError],
+) -> list[_Named]:
+    """The items that pass ``check`` and whose name is not taken; one error per item left out."""
+    seen: set[str] = set()
+    kept: list[_Named] = []
+    for item in items:
+        at = where(item)
+        try:
+            if item.name in seen:
+                raise _fail(at, f"{what} names must be unique within a pool")
+            check(item, at)
+        except SliceValidationError as exc:
+            errors.append(exc)
+            continue
+        seen.add(item.name)
+        kept.append(item)
+    return kept
+
+
 def check_pool(spec: PoolSpec) -> tuple[PoolSpec, list[SliceValidationError]]:
     """Split a pool into what the API server accepts and what it would reject.
 
@@ -408,32 +435,21 @@ def check_pool(spec: PoolSpec) -> tuple[PoolSpec, list[SliceValidationError]]:
     check_driver_name(spec.driver)
     check_pool_name(spec.pool)
     errors: list[SliceValidationError] = []
-    names: set[str] = set()
-    counter_sets: list[CounterSet] = []
-    for cs in spec.counter_sets:
-        where = f"{spec.driver}/{spec.pool} counter set {cs.name!r}"
-        try:
-            if cs.name in names:
-                raise _fail(where, "counter set names must be unique within a pool")
-            _check_counter_set(cs, where)
-        except SliceValidationError as exc:
-            errors.append(exc)
-            continue
-        names.add(cs.name)
-        counter_sets.append(cs)
-    seen: set[str] = set()
-    devices: list[Device] = []
-    for d in spec.devices:
-        where = f"device {spec.driver}/{spec.pool}/{d.name}"
-        try:
-            if d.name in seen:
-                raise _fail(where, "device names must be unique within a pool")
-            validate_device(d, where, names)
-        except SliceValidationError as exc:
-            errors.append(exc)
-            continue
-        seen.add(d.name)
-        devices.append(d)
+    counter_sets = _kept(
+        spec.counter_sets,
+        "counter set",
+        lambda cs: f"{spec.driver}/{spec.pool} counter set {cs.name!r}",
+        _check_counter_set,
+        errors,
+    )
+    names = {cs.name for cs in counter_sets}
+    devices = _kept(
+        spec.devices,
+        "device",
+        lambda d: f"device {spec.driver}/{spec.pool}/{d.name}",
+        lambda d, where: validate_device(d, where, names),
+        errors,
+    )
     if not errors:
         return spec, []
     kept = PoolSpec(

@@ -430,7 +430,8 @@ class SysfsBuilder:
         for name, content in sorted(fn.extra_files.items()):
             tree.write(f"{d}/{name}", content)
         if fn.sriov is not None:
-            self._write_sriov(tree, parent=parent, d=d, fn=fn, sriov=fn.sriov, ctx=ctx, state=state)
+            self._write_sriov(tree, d, fn.sriov)
+            self._write_vfs(tree, parent=parent, d=d, fn=fn, sriov=fn.sriov, ctx=ctx, state=state)
         for child in fn.children:
             self._write_function(tree, d, child, ctx, state)
 
@@ -510,24 +511,15 @@ class SysfsBuilder:
         tree.link(f"sys/class/infiniband_verbs/{uverbs}", u)
         state.uverbs += 1
 
-    def _write_sriov(
-        self,
-        tree: _Tree,
-        *,
-        parent: str,
-        d: str,
-        fn: PciDeviceSpec,
-        sriov: SriovSpec,
-        ctx: _FnContext,
-        state: _PciState,
-    ) -> None:
+    @staticmethod
+    def _write_sriov(tree: _Tree, d: str, sriov: SriovSpec) -> None:
+        """The PF's SR-IOV files (its VFs are :meth:`_write_vfs`)."""
         tree.write(f"{d}/sriov_totalvfs", sriov.total_vfs)
         tree.write(f"{d}/sriov_numvfs", sriov.num_vfs)
         tree.write(f"{d}/sriov_offset", sriov.offset)
         tree.write(f"{d}/sriov_stride", sriov.stride)
         tree.write(f"{d}/sriov_vf_device", f"{sriov.vf_device:x}")
         tree.write(f"{d}/sriov_drivers_autoprobe", 1)
-        self._write_vfs(tree, parent=parent, d=d, fn=fn, sriov=sriov, ctx=ctx, state=state)
 
     def _write_vfs(
         self,

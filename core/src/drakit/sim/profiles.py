@@ -93,23 +93,29 @@ def _minimal_1s() -> MachineSpec:
     )
 
 
+def _epyc_9654(name: str, description: str, *, nps: int, mem_node_gib: int) -> MachineSpec:
+    """Two AMD EPYC 9654 (96 cores, 8 per CCD, 2.4 GHz) in NUMA-per-socket mode ``nps``."""
+    cpu = genoa_cpu(
+        "AMD EPYC 9654 96-Core Processor", 96, 8, nps=nps, mem_node_gib=mem_node_gib, mhz=2400.0
+    )
+    return MachineSpec(name=name, description=description, cpu=cpu)
+
+
 def _epyc_genoa_2s() -> MachineSpec:
-    return MachineSpec(
-        name="epyc-genoa-2s",
-        description="2x AMD EPYC 9654 (96c SMT2, 12 CCDs x 8 cores, L3 per CCD), NPS1",
-        cpu=genoa_cpu(
-            "AMD EPYC 9654 96-Core Processor", 96, 8, nps=1, mem_node_gib=768, mhz=2400.0
-        ),
+    return _epyc_9654(
+        "epyc-genoa-2s",
+        "2x AMD EPYC 9654 (96c SMT2, 12 CCDs x 8 cores, L3 per CCD), NPS1",
+        nps=1,
+        mem_node_gib=768,
     )
 
 
 def _epyc_genoa_2s_nps4() -> MachineSpec:
-    return MachineSpec(
-        name="epyc-genoa-2s-nps4",
-        description="2x AMD EPYC 9654 (96c SMT2, L3 per 8-core CCD), NPS4: 4 NUMA nodes per socket",
-        cpu=genoa_cpu(
-            "AMD EPYC 9654 96-Core Processor", 96, 8, nps=4, mem_node_gib=192, mhz=2400.0
-        ),
+    return _epyc_9654(
+        "epyc-genoa-2s-nps4",
+        "2x AMD EPYC 9654 (96c SMT2, L3 per 8-core CCD), NPS4: 4 NUMA nodes per socket",
+        nps=4,
+        mem_node_gib=192,
     )
 
 

@@ -25,13 +25,13 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pytest
 
 from drakit.allocator import ResourceSlice
 from drakit.errors import ConfigInvalid
-from drakit.host.pluginhost import Discovered
+from drakit.host.discovery import Discovered
 from drakit.host.startup import fast_tmp
 from drakit.models import DeviceKey
 from drakit.publish.render import check_pool, render_checked
@@ -81,6 +81,12 @@ def _device_results(
                     result["consumedCapacity"] = consumed
             out[key] = result
     return out
+
+
+class _Target(NamedTuple):
+    running: RunningNode
+    devices: list[DeviceKey]
+    driver: str
 
 
 class BackendContract:
@@ -176,6 +182,14 @@ class BackendContract:
         """The plugin's DRA driver name."""
         return contract_host.driver_of(cls.plugin)
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def contract_target(
+        cls, contract_running: RunningNode, contract_devices: list[DeviceKey], contract_driver: str
+    ) -> _Target:
+        """The running node, the plugin's devices and its driver: what the prepare tests use."""
+        return _Target(contract_running, contract_devices, contract_driver)
+
     def _require_devices(self, devices: Sequence[DeviceKey]) -> None:
         if not devices:
             pytest.fail(
@@ -261,13 +275,9 @@ class BackendContract:
         assert not missing, f"devices not published: {missing}"
         assert len(published) == len(set(published)), "a device is published twice"
 
-    def test_every_device_prepares_and_unprepares(
-        self,
-        contract_running: RunningNode,
-        contract_devices: list[DeviceKey],
-        contract_driver: str,
-    ) -> None:
+    def test_every_device_prepares_and_unprepares(self, contract_target: _Target) -> None:
         """Each device prepares alone over the kubelet socket, with CDI edits, then unprepares."""
+        contract_running, contract_devices, contract_driver = contract_target
         self._require_devices(contract_devices)
         slices = contract_running.slices()
         for i, key in enumerate(contract_devices):
@@ -290,13 +300,9 @@ class BackendContract:
             assert out.spec_files() == [], f"CDI spec of {key} left after unprepare"
             contract_running.claims.remove(claim)
 
-    def test_prepare_is_idempotent(
-        self,
-        contract_running: RunningNode,
-        contract_devices: list[DeviceKey],
-        contract_driver: str,
-    ) -> None:
+    def test_prepare_is_idempotent(self, contract_target: _Target) -> None:
         """A repeated prepare answers the same; a repeated unprepare succeeds."""
+        contract_running, contract_devices, contract_driver = contract_target
         self._require_devices(contract_devices)
         claim = self._claim(
             contract_running, contract_driver, contract_devices[:1], name="contract-twice"
@@ -320,13 +326,9 @@ class BackendContract:
         )
         assert contract_running.kubelet.unprepare(claim) is None
 
-    def test_health_names_only_its_own_devices(
-        self,
-        contract_running: RunningNode,
-        contract_devices: list[DeviceKey],
-        contract_driver: str,
-    ) -> None:
+    def test_health_names_only_its_own_devices(self, contract_target: _Target) -> None:
         """Health reports name devices of this backend only (when it reports health)."""
+        contract_running, contract_devices, contract_driver = contract_target
         self._require_devices(contract_devices)
         if "drakit_device_health" not in contract_running.host.hook_implementations(self.plugin):
             pytest.skip(f"plugin {self.plugin!r} does not implement drakit_device_health")
@@ -341,13 +343,10 @@ class BackendContract:
         assert not strangers, f"health names devices that are not {self.plugin!r}'s: {strangers}"
 
     def test_bad_configs_are_refused_naming_a_field(
-        self,
-        contract_host: SimHost,
-        contract_running: RunningNode,
-        contract_devices: list[DeviceKey],
-        contract_driver: str,
+        self, contract_host: SimHost, contract_target: _Target
     ) -> None:
         """Each of :attr:`bad_configs` fails validation and fails the claim carrying it, alone."""
+        contract_running, contract_devices, contract_driver = contract_target
         if not self.bad_configs:
             pytest.skip("no bad_configs declared")
         self._require_devices(contract_devices)
@@ -374,13 +373,9 @@ class BackendContract:
             assert out.spec_files() == []
             contract_running.claims.remove(claim)
 
-    def test_cdi_files_are_not_writable_by_others(
-        self,
-        contract_running: RunningNode,
-        contract_devices: list[DeviceKey],
-        contract_driver: str,
-    ) -> None:
+    def test_cdi_files_are_not_writable_by_others(self, contract_target: _Target) -> None:
         """CDI specs (and their directory) are writable by their owner only, and stay inside it."""
+        contract_running, contract_devices, contract_driver = contract_target
         self._require_devices(contract_devices)
         claim = self._claim(
             contract_running, contract_driver, contract_devices[:1], name="contract-modes"

@@ -24,10 +24,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from drakit.config import DrakitSettings
 from drakit.errors import PermanentError
+from drakit.host.discovery import Discovered
 from drakit.host.inventory import InventorySnapshot, build_inventory
-from drakit.host.pluginhost import Discovered, PluginHost
+from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp
 from drakit.host.startup import open_host as _runtime_host
 from drakit.kubelet.client import KubeletClient

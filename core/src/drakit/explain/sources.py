@@ -1,0 +1,147 @@
+"""What ``drakit explain`` reads: ResourceSlices, a claim, DeviceClasses, allocated claims.
+
+Offline they come from YAML/JSON files (:func:`from_files`); for a claim in the cluster, from the
+API server through :mod:`drakit.kube` (:func:`from_cluster`). Either way they are parsed into the
+allocator's models, and a malformed object fails with one error naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from drakit.allocator import DeviceClass, Node, ResourceClaim, ResourceSlice
+from drakit.config import validation_errors
+from drakit.errors import ConfigInvalid
+
+__all__ = ["Inputs", "from_cluster", "from_files", "read_objects"]
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything one explanation needs (the arguments of :func:`drakit.explain.report.explain`)."""
+
+    claim: ResourceClaim
+    slices: list[ResourceSlice]
+    classes: dict[str, DeviceClass]
+    allocated: list[ResourceClaim]
+    nodes: list[Node] | None
+    """The nodes to explain for (``None``: every node with slices)."""
+
+
+def read_objects(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """API objects from YAML/JSON files or directories (``List`` objects are flattened).
+
+    Raises:
+        ConfigInvalid: a file cannot be read or parsed.
+    """
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        files = (
+            sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
+            if path.is_dir()
+            else [path]
+        )
+        for f in files:
+            try:
+                docs = list(yaml.safe_load_all(f.read_text(encoding="utf-8")))
+            except (OSError, yaml.YAMLError) as e:
+                raise ConfigInvalid([("", f"cannot read: {e}")], source=str(f)) from None
+            for doc in docs:
+                if isinstance(doc, dict) and isinstance(doc.get("items"), list):
+                    out += [d for d in doc["items"] if isinstance(d, dict)]
+                elif isinstance(doc, dict):
+                    out.append(doc)
+    return out
+
+
+def _parse(kind: type[_M], docs: list[dict[str, Any]], source: str) -> list[_M]:
+    parsed = []
+    for i, doc in enumerate(docs):
+        try:
+            parsed.append(kind.model_validate(doc))
+        except ValidationError as e:
+            name = (doc.get("metadata") or {}).get("name", f"#{i}")
+            raise ConfigInvalid(validation_errors(e), source=f"{source}: {name}") from None
+    return parsed
+
+
+def _claim(doc: dict[str, Any], source: str) -> ResourceClaim:
+    if doc.get("kind") == "ResourceClaimTemplate":
+        meta = doc.get("metadata") or {}
+        doc = {
+            "metadata": {"name": meta.get("name", ""), "namespace": meta.get("namespace", "")},
+            "spec": doc["spec"]["spec"],
+        }
+    return _parse(ResourceClaim, [doc], source)[0]
+
+
+def from_files(
+    slice_paths: Iterable[Path],
+    claim_path: Path,
+    class_paths: Iterable[Path] = (),
+    allocated_paths: Iterable[Path] = (),
+    node_names: Iterable[str] = (),
+) -> Inputs:
+    """Read an explanation's inputs from files or directories.
+
+    Raises:
+        ConfigInvalid: a file cannot be read, or an object in it does not parse.
+    """
+    objs = read_objects(slice_paths)
+    slices = _parse(
+        ResourceSlice,
+        [o for o in objs if o.get("kind", "ResourceSlice") == "ResourceSlice"],
+        "slices",
+    )
+    [claim_doc, *_] = read_objects([claim_path]) or [{}]
+    claim = _claim(claim_doc, str(claim_path))
+    classes = _parse(DeviceClass, read_objects(class_paths), "classes")
+    allocated = _parse(ResourceClaim, read_objects(allocated_paths), "allocated")
+    nodes = [Node.named(n) for n in node_names] or None
+    return Inputs(claim, slices, {c.name: c for c in classes}, allocated, nodes)
+
+
+def from_cluster(
+    namespace: str, name: str, kubeconfig: Path | None, node_names: Iterable[str] = ()
+) -> Inputs:
+    """Read a claim in the cluster and what its allocation depends on.
+
+    The nodes are ``node_names``, else every node that has ResourceSlices.
+
+    Raises:
+        ConfigInvalid: an object from the cluster does not parse.
+        DrakitError: the cluster cannot be reached or refuses a read.
+    """
+    from drakit.kube import KubeClient  # noqa: PLC0415 - only this source needs a cluster
+
+    kube = KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        claim = _claim(kube.get_resource_claim(namespace, name), f"{namespace}/{name}")
+        slices = _parse(
+            ResourceSlice, kube.list_all(f"{RESOURCE}/resourceslices"), "ResourceSlices"
+        )
+        classes = _parse(DeviceClass, kube.list_all(f"{RESOURCE}/deviceclasses"), "DeviceClasses")
+        claims = [
+            c
+            for c in kube.list_all(f"{RESOURCE}/resourceclaims")
+            if (c.get("status") or {}).get("allocation")
+        ]
+        allocated = _parse(ResourceClaim, claims, "ResourceClaims")
+        node_objs = {n["metadata"]["name"]: n for n in kube.list_all("/api/v1/nodes")}
+    finally:
+        kube.close()
+    wanted = tuple(node_names) or sorted(
+        {s.spec.node_name for s in slices if s.spec.node_name} & set(node_objs)
+    )
+    nodes = [Node.model_validate(node_objs[n]) if n in node_objs else Node.named(n) for n in wanted]
+    return Inputs(claim, slices, {c.name: c for c in classes}, allocated, nodes)

@@ -1,0 +1,123 @@
+"""One discovery round across all plugins: discovery, enrichment, composition, merged.
+
+Each backend's ``drakit_discover_devices`` result is keyed by (driver, pool, device) and must
+not repeat a key; ``drakit_enrich_devices`` may add attributes to anyone's devices but never
+contradict the owner or another enricher; ``drakit_compose_devices`` then builds devices from
+the others. :class:`Discovered` is the merged result; :mod:`drakit.host.inventory` turns it
+into the snapshot a node publishes and prepares from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from drakit.errors import PermanentError
+from drakit.models import Device, DeviceAttribute, DeviceInventory, DeviceKey, NodeInfo
+
+__all__ = ["Discovered", "HookCaller", "discover"]
+
+HookCaller = Callable[[str, str], Callable[..., Any]]
+"""(plugin, hook) -> the caller of that hook on that plugin alone."""
+
+
+@dataclass
+class Discovered:
+    """The result of one discovery round across all plugins."""
+
+    devices: dict[DeviceKey, Device] = field(default_factory=dict)
+    owners: dict[DeviceKey, str] = field(default_factory=dict)
+    counter_sets: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    """Counter sets per (driver, pool)."""
+
+    def by_driver(self) -> dict[str, list[Device]]:
+        """Devices grouped by driver name, in discovery order (what a backend's tests check)."""
+        out: dict[str, list[Device]] = {}
+        for key, dev in self.devices.items():
+            out.setdefault(key.driver, []).append(dev)
+        return out
+
+
+def discover(
+    node: NodeInfo,
+    drivers: Mapping[str, str],
+    registered: Sequence[str],
+    only: HookCaller,
+) -> Discovered:
+    """Run discovery, enrichment and composition.
+
+    Args:
+        node: the node the hooks are called for.
+        drivers: backend plugin name -> its DRA driver, in configuration order.
+        registered: every registered plugin (backends, strategies, extras): all may enrich.
+        only: the caller of one hook on one plugin.
+
+    Raises:
+        PermanentError: a plugin returned something invalid (duplicate device, conflicting
+            enrichment); the message names the plugin and device.
+    """
+    out = Discovered()
+    for name, driver in drivers.items():
+        inv = only(name, "drakit_discover_devices")(node=node)
+        _add_inventory(out, node, name, driver, inv)
+    _enrich(out, node, registered, only)
+    for name, driver in drivers.items():
+        inv = only(name, "drakit_compose_devices")(
+            node=node, devices=dict(out.devices), owners=dict(out.owners)
+        )
+        _add_inventory(out, node, name, driver, inv)
+    return out
+
+
+def _add_inventory(out: Discovered, node: NodeInfo, plugin: str, driver: str, result: Any) -> None:
+    results = result if isinstance(result, list) else [result]
+    for inv in results:
+        if inv is None:
+            continue
+        if not isinstance(inv, DeviceInventory):
+            raise PermanentError(
+                f"plugin {plugin!r} returned {type(inv).__name__} from discovery; "
+                "expected DeviceInventory"
+            )
+        for dev in inv.devices:
+            key = DeviceKey(driver=driver, pool=dev.pool or node.name, device=dev.name)
+            if key in out.devices:
+                raise PermanentError(
+                    f"device {key} is reported twice (by {out.owners[key]!r} and {plugin!r});"
+                    " device names must be unique within a pool"
+                )
+            out.devices[key] = dev
+            out.owners[key] = plugin
+        for cs in inv.counter_sets:
+            out.counter_sets.setdefault((driver, node.name), []).append(cs)
+
+
+def _enrich(out: Discovered, node: NodeInfo, registered: Sequence[str], only: HookCaller) -> None:
+    view = dict(out.devices)
+    added: dict[DeviceKey, dict[str, tuple[str, DeviceAttribute]]] = {}
+    for plugin_name in registered:
+        patches = only(plugin_name, "drakit_enrich_devices")(node=node, devices=view)
+        for patch in patches:
+            if not patch:
+                continue
+            for key, attrs in patch.items():
+                if key not in out.devices:
+                    raise PermanentError(f"plugin {plugin_name!r} enriched unknown device {key}")
+                for attr, raw in attrs.items():
+                    value = DeviceAttribute.model_validate(raw)
+                    own = out.devices[key].attributes.get(attr)
+                    if own is not None and own != value:
+                        raise PermanentError(
+                            f"plugin {plugin_name!r} sets {attr}={value.value!r} on {key}, "
+                            f"but its owner {out.owners[key]!r} set {own.value!r}"
+                        )
+                    prev = added.setdefault(key, {}).get(attr)
+                    if prev is not None and prev[1] != value:
+                        raise PermanentError(
+                            f"plugins {prev[0]!r} and {plugin_name!r} disagree on {attr} of "
+                            f"{key}: {prev[1].value!r} vs {value.value!r}"
+                        )
+                    added[key][attr] = (plugin_name, value)
+    for key, attrs in added.items():
+        out.devices[key] = out.devices[key].with_attributes({a: v for a, (_, v) in attrs.items()})
