@@ -480,22 +480,20 @@ def webhook(
     pair_class: str,
 ) -> None:
     """Serve the admission webhook over HTTPS: /mutate-pods, /validate-claims, /healthz."""
+    from drakit.admission import WebhookOptions  # noqa: PLC0415
+    from drakit.host.mutators import load_mutators  # noqa: PLC0415
     from drakit.host.pluginhost import PluginHost  # noqa: PLC0415
     from drakit.kube import KubeClient  # noqa: PLC0415
     from drakit.models import NodeInfo  # noqa: PLC0415
     from drakit.webhook import WebhookServer  # noqa: PLC0415
-    from drakit.webhook.admission import Admission, AdmissionSettings  # noqa: PLC0415
+    from drakit.webhook.admission import Admission  # noqa: PLC0415
 
     settings = effective_settings(load_settings(config_path, overrides={"kubeconfig": kubeconfig}))
     logging.getLogger().setLevel(settings.log_level)
     host = PluginHost(settings, NodeInfo(name="webhook", sysfs_root="/"))
-    drivers = host.driver_names()
-    admission = AdmissionSettings(
-        kueue=kueue,
-        pair_class=pair_class,
-        pairs_driver=drivers.get("composite", AdmissionSettings().pairs_driver),
-    )
-    engine = Admission(host, KubeClient.from_kubeconfig(settings.kubeconfig), admission)
+    options = WebhookOptions(kueue=kueue, flags={"pair_class": pair_class})
+    mutators = load_mutators(options, host.driver_names())
+    engine = Admission(host, KubeClient.from_kubeconfig(settings.kubeconfig), mutators)
     try:
         server = WebhookServer(engine, cert_file, key_file, address=address, port=port)
     except (OSError, ssl.SSLError) as e:
