@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from pydantic import BaseModel
@@ -27,6 +27,9 @@ from pydantic import BaseModel
 from drakit.admission import AdmissionRequest, AdmissionResponse, PodMutator
 from drakit.errors import ConfigInvalid, ConflictError, DrakitError, NotFoundError
 from drakit.strategy_models import ShapedClaim, SimpleRequest
+
+if TYPE_CHECKING:  # the Kubernetes client is imported by the caller (a node never loads it)
+    from drakit.kube import KubeClient
 
 __all__ = ["Admission"]
 
@@ -46,33 +49,6 @@ class Shaper(Protocol):
 
     def driver_names(self) -> dict[str, str]:
         """Plugin name -> driver name."""
-        ...
-
-
-class Kube(Protocol):
-    """The API calls the engine makes (:class:`drakit.kube.KubeClient` has them)."""
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str | int | bool] | None = None,
-        body: Mapping[str, object] | None = None,
-    ) -> dict[str, Any]:
-        """Any API request."""
-        ...
-
-    def create_event(
-        self,
-        involved: Mapping[str, str],
-        reason: str,
-        message: str,
-        type: str = "Warning",
-        *,
-        component: str = "drakit",
-    ) -> dict[str, Any]:
-        """Record an Event."""
         ...
 
 
@@ -97,7 +73,7 @@ class Admission:
         mutators: the backends' pod mutators, asked in this order.
     """
 
-    def __init__(self, host: Shaper, kube: Kube, mutators: Sequence[PodMutator] = ()) -> None:
+    def __init__(self, host: Shaper, kube: KubeClient, mutators: Sequence[PodMutator] = ()) -> None:
         self.host = host
         self.kube = kube
         self.mutators = tuple(mutators)
