@@ -45,7 +45,7 @@ from benchmarks.common import Baseline, Report, loadavg, median, p99
 from tests.e2e.webhookproc import Certificates, WebhookProcess, make_certificates
 
 from drakit.host.startup import default_sections, fast_tmp
-from drakit.webhook.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION
+from drakit_composite.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION
 
 THREADS = 8
 

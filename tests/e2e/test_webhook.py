@@ -33,7 +33,7 @@ from tests.e2e.webhookproc import WebhookProcess, make_certificates, webhook_con
 from drakit.host.inventory import build_inventory
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import default_sections, fast_tmp, open_host
-from drakit.webhook.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION, TEMPLATE_ANNOTATION
+from drakit_composite.admission import PAIRS_ANNOTATION, POLICY_ANNOTATION, TEMPLATE_ANNOTATION
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

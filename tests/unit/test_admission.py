@@ -14,19 +14,22 @@ from typing import Any
 import kubernetes.client
 import pytest
 
+from drakit.admission import WebhookOptions
 from drakit.errors import ConfigInvalid
+from drakit.host.mutators import load_mutators
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.kube import KubeClient
 from drakit.models import NodeInfo
 from drakit.webhook import AdmissionRequest, parse_review, to_review
-from drakit.webhook.admission import (
+from drakit.webhook.admission import Admission
+from drakit_composite.admission import (
     CLAIM_NAME,
     PAIRS_ANNOTATION,
     POLICY_ANNOTATION,
     TEMPLATE_ANNOTATION,
-    Admission,
     AdmissionSettings,
+    PairPods,
     plan_pod,
 )
 
@@ -234,7 +237,7 @@ def review(kind: str, obj: dict[str, Any], *, dry_run: bool = True, group: str =
 def engine(host: PluginHost) -> Admission:
     # dry-run reviews only: the client is never used, so it points at a closed loopback port
     api = kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
-    return Admission(host, KubeClient(api), SETTINGS)
+    return Admission(host, KubeClient(api), [PairPods(SETTINGS)])
 
 
 def cpu_claim(policy: str) -> dict[str, Any]:
@@ -304,3 +307,15 @@ def test_reviews_are_checked() -> None:
     with pytest.raises(ValueError, match=r"admission.k8s.io/v1"):
         parse_review(b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1"}')
     assert isinstance(parse_review(review("Pod", pod())), AdmissionRequest)
+
+
+def test_the_webhook_loads_the_composite_pair_pods_through_its_entry_point() -> None:
+    options = WebhookOptions(kueue=True, flags={"pair_class": "my-pairs"})
+    [mutator] = load_mutators(options, {"composite": "pairs.example.com"})
+    assert isinstance(mutator, PairPods)
+    assert mutator.settings == AdmissionSettings(
+        kueue=True, pair_class="my-pairs", pairs_driver="pairs.example.com"
+    )
+    [default] = load_mutators(WebhookOptions(), {})
+    assert isinstance(default, PairPods)
+    assert default.settings == SETTINGS

@@ -10,13 +10,15 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 
-from drakit.commands.cli import main
+from drakit.commands.cli import cli, main
 from drakit.sim import UnknownProfileError, list_profiles
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
@@ -218,3 +220,16 @@ def test_verbose_prints_a_traceback_in_a_real_process() -> None:
     assert loud.returncode != 0
     assert "Traceback (most recent call last)" in loud.stderr
     assert "UnknownProfileError" in loud.stderr
+
+
+def test_every_command_comes_through_the_drakit_cli_entry_points() -> None:
+    """Core's commands are registered as a backend's are: one mechanism, imported when run."""
+    declared = {ep.name for ep in metadata.entry_points(group="drakit.cli")}
+    core = {
+        ep.name
+        for ep in metadata.entry_points(group="drakit.cli")
+        if ep.dist is not None and ep.dist.metadata["Name"] == "drakit"
+    }
+    assert {"node", "webhook", "demo", "explain", "slices", "sim"} <= core
+    assert set(cli.list_commands(click.Context(cli))) == declared
+    assert cli.commands == {}  # none added by decorator

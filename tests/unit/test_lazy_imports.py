@@ -18,6 +18,7 @@ _NODE_MODULES = (
     "drakit.prepare.pipeline",
     "drakit.publish.publisher",
     "drakit.webhook.admission",
+    "drakit_composite.admission",
     "drakit_cpu.plugin",
     "drakit_nvidia_gpu.plugin",
     "drakit_amd_ainic.plugin",

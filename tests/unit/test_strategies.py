@@ -18,10 +18,11 @@ from drakit.host.inventory import build_inventory
 from drakit.host.loader import installed_plugins, installed_strategies
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
-from drakit.host.startup import DEFAULT_PLUGINS, open_host
+from drakit.host.startup import open_host
 from drakit.models import Device, NodeInfo
 from drakit.strategies import NUMA_ATTRIBUTE, Strategy
 from drakit.strategy_models import SelectionRequest, ShapedClaim, SimpleRequest
+from drakit_sim_profiles.presets import DEFAULT_BACKENDS as DEFAULT_PLUGINS
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 

@@ -23,7 +23,8 @@ from drakit.host.settings import DrakitSettings
 from drakit.kube import KubeClient
 from drakit.models import NodeInfo
 from drakit.webhook import WebhookServer
-from drakit.webhook.admission import PAIRS_ANNOTATION, Admission, AdmissionSettings
+from drakit.webhook.admission import Admission
+from drakit_composite.admission import PAIRS_ANNOTATION, AdmissionSettings, PairPods
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
@@ -35,7 +36,7 @@ def served(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates]]:
         DrakitSettings(plugins={"cpu": {}, "composite": {}}),
         NodeInfo(name="webhook", sysfs_root="/nonexistent"),
     )
-    engine = Admission(host, KubeClient(_unused_api()), AdmissionSettings())
+    engine = Admission(host, KubeClient(_unused_api()), [PairPods(AdmissionSettings())])
     server = WebhookServer(engine, certs.cert, certs.key, address="127.0.0.1", port=0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -133,7 +134,7 @@ def test_a_half_written_pair_keeps_the_previous_certificate(
 
 def test_unreadable_files_fail_at_start(tmp_path: Path) -> None:
     host = PluginHost(DrakitSettings(plugins={}), NodeInfo(name="w", sysfs_root="/nonexistent"))
-    engine = Admission(host, KubeClient(_unused_api()), AdmissionSettings())
+    engine = Admission(host, KubeClient(_unused_api()), [PairPods(AdmissionSettings())])
     with pytest.raises(FileNotFoundError):
         WebhookServer(engine, tmp_path / "no.crt", tmp_path / "no.key", port=0)
 

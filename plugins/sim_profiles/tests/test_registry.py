@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import metadata
 
 from drakit.sim import get_profile, profile_source
-from drakit_sim_profiles import PROFILES
+from drakit_sim_profiles.profiles import PROFILES
 
 
 def test_entry_points_are_the_profiles_table() -> None:

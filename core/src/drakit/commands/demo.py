@@ -32,6 +32,7 @@ from drakit.config import validation_errors
 from drakit.deviceclasses import DeviceClassSpec, render_device_classes
 from drakit.errors import ConfigInvalid, PermanentError
 from drakit.explain.report import explain_text
+from drakit.host.presets import demo_preset
 from drakit.host.settings import DrakitSettings, load_settings
 from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
@@ -40,24 +41,12 @@ from drakit.node.daemon import Node
 from drakit.strategy_models import SimpleRequest
 
 __all__ = [
-    "DEFAULT_DEMO_PROFILE",
-    "DEMO_PLUGINS",
     "InMemoryClaims",
     "demo_classes",
     "example_claim",
     "read_claim_file",
     "run_demo",
 ]
-
-DEFAULT_DEMO_PROFILE = "h200-8gpu-8ainic"
-PAIRS_DRIVER = "pairs.composite.drakit.io"
-"""The driver the GPUs, NICs and pairs share in the demo (``docs/composite.md``)."""
-DEMO_PLUGINS: dict[str, dict[str, Any]] = {
-    "cpu": {"policy": "packed"},
-    "nvidia_gpu": {"driver": PAIRS_DRIVER},
-    "amd_ainic": {"driver": PAIRS_DRIVER},
-    "composite": {"strategy": "numa-preferred", "driver": PAIRS_DRIVER},
-}
 
 
 class InMemoryClaims:
@@ -88,7 +77,7 @@ def _timed(console: Console, title: str) -> Iterator[None]:
 
 
 def demo_settings(root: Path, profile: str, config: Path | None) -> DrakitSettings:
-    """The demo node's settings: ``config`` (or all four backends) with paths under ``root``."""
+    """The demo node's settings: ``config`` (or the demo preset's backends), paths in ``root``."""
     paths: dict[str, Any] = {
         "node_name": "demo-node",
         "kubelet_dir": root / "kubelet",
@@ -101,7 +90,7 @@ def demo_settings(root: Path, profile: str, config: Path | None) -> DrakitSettin
         return base.model_copy(
             update={**paths, "metrics": base.metrics.model_copy(update={"enabled": False})}
         )
-    return DrakitSettings(profile=profile, plugins=DEMO_PLUGINS, **paths)
+    return DrakitSettings(profile=profile, plugins=demo_preset().plugins, **paths)
 
 
 def run_demo(
@@ -114,16 +103,19 @@ def run_demo(
     """Run the demo; returns a summary (used by the tests).
 
     Args:
-        profile: Simulated hardware profile (default ``h200-8gpu-8ainic``).
+        profile: Simulated hardware profile (default: the ``demo`` preset's, see
+            :mod:`drakit.host.presets`; ``drakit-sim-profiles`` ships ``h200-8gpu-8ainic``).
         console: Where to print.
         config: A drakit configuration file whose backends (and their settings) the demo node
-            runs instead of the four built-in ones; its paths are replaced by temporary ones.
+            runs instead of the ``demo`` preset's; its paths are replaced by temporary ones.
         claim: A YAML file with a ResourceClaim (or ResourceClaimTemplate, or bare
             ``spec.devices``), optionally preceded by DeviceClass documents, to allocate and
             prepare instead of the example claim.
     """
     console = console or Console()
-    profile = profile or DEFAULT_DEMO_PROFILE
+    profile = profile or demo_preset().profile
+    if not profile:
+        raise PermanentError("no simulated hardware profile is installed; pass --profile")
     t0 = time.perf_counter()
     summary: dict[str, Any] = {"profile": profile}
     with tempfile.TemporaryDirectory(prefix="drakit-demo-", dir=fast_tmp()) as tmp:

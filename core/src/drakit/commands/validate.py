@@ -1,4 +1,4 @@
-"""Offline checks behind ``drakit config validate`` and ``drakit claim validate``.
+"""``drakit config validate`` and ``drakit claim validate``: the commands and their offline checks.
 
 Both report :class:`Problem` s: where the mistake is (the file, or the ``DRAKIT_*`` variable that
 set the value), the dotted path inside it, and what is wrong with the fix. Nothing here talks to
@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from drakit.clikit import USER_ERROR
 from drakit.config import DriverName, PluginSettings, validation_errors
 from drakit.errors import ConfigInvalid, DrakitError
 from drakit.host.loader import (
@@ -52,7 +55,15 @@ from drakit.host.settings import (
 from drakit.host.startup import default_sections, effective_settings
 from drakit.models import NodeInfo
 
-__all__ = ["Problem", "validate_claim_files", "validate_config"]
+__all__ = [
+    "Problem",
+    "claim",
+    "claim_validate",
+    "config",
+    "config_validate",
+    "validate_claim_files",
+    "validate_config",
+]
 
 MAX_OPAQUE_BYTES = 10 * 1024
 """``OpaqueParametersMaxLength``: the API server's limit on one opaque config object."""
@@ -389,3 +400,41 @@ def validate_claim_files(
                 for path, msg in _check_entry(entry, f"{prefix}[{j}]", requests, host):
                     problems.append(Problem(label, path, msg))
     return problems, checked
+
+
+# -- the commands: drakit config validate, drakit claim validate ---------------------------------
+
+
+@click.group()
+def config() -> None:
+    """Work with drakit configuration files."""
+
+
+@config.command("validate")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+def config_validate(file: Path) -> None:
+    """Check FILE and DRAKIT_* as start-up would; print each error with its source and the fix."""
+    problems, names = validate_config(file)
+    if problems:
+        for p in problems:
+            click.echo(str(p), err=True)
+        sys.exit(USER_ERROR)
+    click.echo(f"{file}: valid ({', '.join(names)})")
+
+
+@click.group()
+def claim() -> None:
+    """Check ResourceClaims, ResourceClaimTemplates and DeviceClasses offline."""
+
+
+@claim.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+def claim_validate(files: tuple[Path, ...], config_path: Path | None) -> None:
+    """Check the opaque configs in FILES through the plugins that own them; exit 2 on errors."""
+    problems, checked = validate_claim_files(files, config=config_path)
+    if problems:
+        for p in problems:
+            click.echo(str(p), err=True)
+        sys.exit(USER_ERROR)
+    click.echo(f"{checked} object(s) valid")

@@ -15,14 +15,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from drakit.host.loader import installed_plugins
 from drakit.host.pluginhost import PluginHost
+from drakit.host.presets import default_backends
 from drakit.host.settings import DrakitSettings
 from drakit.models import NodeInfo
 from drakit.simseam import fast_tmp, is_simulated, simulator
 
 __all__ = [
-    "DEFAULT_PLUGINS",
     "default_node_name",
     "default_sections",
     "effective_settings",
@@ -30,9 +29,6 @@ __all__ = [
     "open_host",
     "sysfs_for",
 ]
-
-DEFAULT_PLUGINS = ("cpu", "nvidia_gpu", "amd_gpu", "amd_ainic", "composite")
-"""Backends enabled when the configuration names none: those of these that are installed."""
 
 
 def default_node_name(settings: DrakitSettings) -> str:
@@ -48,8 +44,7 @@ def effective_settings(settings: DrakitSettings) -> DrakitSettings:
     """``settings`` with the default backends filled in when none are configured."""
     if settings.plugins:
         return settings
-    installed = {e.name for e in installed_plugins()}
-    plugins = default_sections([n for n in DEFAULT_PLUGINS if n in installed])
+    plugins = default_sections(default_backends())  # the shipped `default` preset's
     return settings.model_copy(update={"plugins": plugins})
 
 

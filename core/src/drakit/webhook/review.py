@@ -1,6 +1,8 @@
 """``admission.k8s.io/v1`` AdmissionReview: the request the API server sends, the answer.
 
-Only the fields drakit reads are modelled; the rest of the request is ignored (``extra``).
+The request and response models are the public ones of :mod:`drakit.admission` (what a
+backend's pod mutator sees); only the fields drakit reads are modelled, the rest of the request
+is ignored (``extra``).
 """
 
 from __future__ import annotations
@@ -9,53 +11,11 @@ import base64
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from drakit.admission import AdmissionRequest, AdmissionResponse, GroupVersionKind
 
 __all__ = ["AdmissionRequest", "AdmissionResponse", "GroupVersionKind", "parse_review", "to_review"]
 
 API_VERSION = "admission.k8s.io/v1"
-
-
-class GroupVersionKind(BaseModel):
-    """``request.kind``: what the object is."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    group: str = ""
-    version: str = ""
-    kind: str = ""
-
-
-class AdmissionRequest(BaseModel):
-    """``AdmissionReview.request``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-
-    uid: str
-    kind: GroupVersionKind
-    operation: str = "CREATE"
-    namespace: str = ""
-    name: str = ""
-    object: dict[str, Any] | None = None
-    old_object: dict[str, Any] | None = Field(default=None, alias="oldObject")
-    dry_run: bool = Field(default=False, alias="dryRun")
-
-
-class AdmissionResponse(BaseModel):
-    """What the engine answers: allowed or refused (with a message), an optional JSON patch."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    allowed: bool = True
-    message: str = ""
-    code: int = 403
-    patch: tuple[dict[str, Any], ...] = ()
-    warnings: tuple[str, ...] = ()
-
-    @classmethod
-    def refuse(cls, message: str, code: int = 400) -> AdmissionResponse:
-        """Refused: the API server returns ``message`` to the client (``kubectl apply``)."""
-        return cls(allowed=False, message=message, code=code)
 
 
 def parse_review(body: bytes) -> AdmissionRequest:

@@ -1,7 +1,8 @@
 """``drakit cpu``: the CPU backend's commands, contributed to the ``drakit`` CLI.
 
 Registered under the ``drakit.cli`` entry point group (``cpu = "drakit_cpu.cli:cpu"``), which
-core's CLI loads lazily, so core never imports this plugin. The commands run the same code as a
+core's CLI loads lazily, so core never imports this plugin; it is built from the public CLI kit
+(:mod:`drakit.clikit`), like core's own commands. The commands run the same code as a
 node: ``allocate`` the kubelet-parity algorithms that prepare uses, ``topology`` the discovery.
 
 Errors are one line on stderr (``drakit: error: ...``) and exit code 2.
@@ -11,15 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import yaml
 
+from drakit.clikit import UserError, dump, profile_option, simulated_root, sysfs_root_option
 from drakit.cpuset import CpuListError, format_cpulist, parse_cpulist
-from drakit.simseam import simulator
 from drakit_cpu.allocator import AllocationError
 from drakit_cpu.discovery import read_cpu_facts
 from drakit_cpu.plugin import select_cpus
@@ -29,7 +29,6 @@ from drakit_cpu.topology import CpuTopology, TopologyError
 __all__ = ["cpu"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-USER_ERROR = 2
 _POLICIES: dict[str, Policy] = {p: p for p in POLICIES}
 _FLAGS = {
     "prefer_uncore": "--prefer-uncore",
@@ -38,37 +37,19 @@ _FLAGS = {
 }
 
 
-class CpuCliError(click.ClickException):
-    """A user error: one line, exit code 2 (the ``drakit`` CLI convention)."""
-
-    exit_code = USER_ERROR
-
-    def show(self, file: Any = None) -> None:
-        """Print ``drakit: error: <message>`` on stderr."""
-        click.echo(f"drakit: error: {self.message}", err=True)
-
-
 def _hardware(f: F) -> F:
-    f = click.option(
-        "--sysfs-root",
-        type=click.Path(path_type=Path, file_okay=False, exists=True),
-        help="Read the topology under this root (it holds sys/; '/' on a node).",
-    )(f)
-    return click.option("--profile", help="Simulated hardware profile (see `drakit sim list`).")(f)
+    f = sysfs_root_option("Read the topology under this root (it holds sys/; '/' on a node).")(f)
+    return profile_option()(f)
 
 
 @contextmanager
 def _root(profile: str | None, sysfs_root: Path | None) -> Iterator[Path]:
     if (profile is None) == (sysfs_root is None):
-        raise CpuCliError("give exactly one of --profile and --sysfs-root")
+        raise UserError("give exactly one of --profile and --sysfs-root")
     if sysfs_root is not None:
         yield sysfs_root
         return
-    with ExitStack() as stack:
-        try:
-            root = stack.enter_context(simulator().materialize(str(profile)))
-        except ValueError as e:  # UnknownProfileError lists the known profiles
-            raise CpuCliError(str(e)) from None
+    with simulated_root(str(profile)) as root:
         yield root
 
 
@@ -76,14 +57,14 @@ def _topology(root: Path) -> CpuTopology:
     try:
         return CpuTopology.from_sysfs(root)
     except TopologyError as e:
-        raise CpuCliError(f"cannot read the CPU topology under {root}: {e}") from None
+        raise UserError(f"cannot read the CPU topology under {root}: {e}") from None
 
 
 def _cpus(text: str, what: str) -> frozenset[int]:
     try:
         return parse_cpulist(text)
     except CpuListError as e:
-        raise CpuCliError(f"{what}: {e}") from None
+        raise UserError(f"{what}: {e}") from None
 
 
 @click.group("cpu")
@@ -135,21 +116,21 @@ def allocate(
         full_pcpus_only=full_pcpus_only,
     )
     for key, message in options.conflicts():
-        raise CpuCliError(f"{_FLAGS[key]}: {message}")
+        raise UserError(f"{_FLAGS[key]}: {message}")
     reserved_cpus = _cpus(reserved, "--reserved")
     with _root(profile, sysfs_root) as root:
         topo = _topology(root)
     free = topo.cpu_ids - reserved_cpus if available is None else _cpus(available, "--available")
     unknown = free - topo.cpu_ids
     if unknown:
-        raise CpuCliError(
+        raise UserError(
             f"--available: CPUs {format_cpulist(unknown)} are not online in this topology "
             f"(online: {format_cpulist(topo.cpu_ids)})"
         )
     try:
         chosen = select_cpus(topo, free, count, options, reserved=reserved_cpus)
     except AllocationError as e:
-        raise CpuCliError(str(e)) from None
+        raise UserError(str(e)) from None
     if output == "text":
         click.echo(format_cpulist(chosen))
         return
@@ -180,7 +161,7 @@ def topology(profile: str | None, sysfs_root: Path | None, output: str) -> None:
         try:
             facts = read_cpu_facts(root, topo)
         except TopologyError as e:
-            raise CpuCliError(f"cannot read CPU facts under {root}: {e}") from None
+            raise UserError(f"cannot read CPU facts under {root}: {e}") from None
     l3: dict[int, set[int]] = {}
     for c, cache in facts.l3_of.items():
         l3.setdefault(cache, set()).add(c)
@@ -202,7 +183,4 @@ def topology(profile: str | None, sysfs_root: Path | None, output: str) -> None:
         },
         "l3": {u: format_cpulist(l3[u]) for u in sorted(l3)},
     }
-    if output == "json":
-        click.echo(json.dumps(data, indent=2))
-    else:
-        click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    click.echo(dump(data, output), nl=output == "json")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from drakit.sim import MachineSpec, NetDevSpec, PciDeviceSpec, PciRootSpec, RdmaSpec
+from drakit.sim import CpuSpec, MachineSpec, NetDevSpec, PciDeviceSpec, PciRootSpec, RdmaSpec
 from drakit.sim.platform import PEX890XX, RP_GENOA, RP_SPR, genoa_cpu, pci_tree, spr_cpu
 from drakit_amd_ainic.sim import pollara
 from drakit_amd_gpu.sim import AMD_GPU_DS, AMD_GPU_US, AmdGpuSysfs, mi300x
@@ -129,6 +129,13 @@ def _mi300x_roots(vfs: int = 0, total_vfs: int = 8) -> tuple[PciRootSpec, ...]:
     return tuple(roots)
 
 
+def _mi300x_cpu() -> CpuSpec:
+    """The MI300X box's CPUs: 2x EPYC 9474F, NPS1."""
+    return genoa_cpu(
+        "AMD EPYC 9474F 48-Core Processor", 48, 6, nps=1, mem_node_gib=1536, mhz=3600.0
+    )
+
+
 def mi300x_8gpu_8ainic() -> MachineSpec:
     """8x MI300X + 8x Pollara 400 (each NIC under its GPU's switch), 2x EPYC 9474F."""
     return MachineSpec(
@@ -137,9 +144,7 @@ def mi300x_8gpu_8ainic() -> MachineSpec:
             "8x AMD Instinct MI300X + 8x AMD Pollara 400 AINIC (each NIC under its GPU's switch, "
             "one root per pair), 2x EPYC 9474F"
         ),
-        cpu=genoa_cpu(
-            "AMD EPYC 9474F 48-Core Processor", 48, 6, nps=1, mem_node_gib=1536, mhz=3600.0
-        ),
+        cpu=_mi300x_cpu(),
         pci_roots=_mi300x_roots(),
         parts=(AmdGpuSysfs(),),
     )
@@ -153,9 +158,7 @@ def mi300x_8gpu_8ainic_16vf() -> MachineSpec:
             "8x AMD Instinct MI300X + 8x AMD Pollara 400 AINIC with 16 VFs each bound to ionic "
             "(queues, RDMA devices), 2x EPYC 9474F"
         ),
-        cpu=genoa_cpu(
-            "AMD EPYC 9474F 48-Core Processor", 48, 6, nps=1, mem_node_gib=1536, mhz=3600.0
-        ),
+        cpu=_mi300x_cpu(),
         pci_roots=_mi300x_roots(vfs=16, total_vfs=16),
         parts=(AmdGpuSysfs(),),
     )

@@ -1,0 +1,349 @@
+"""GPU-NIC pair pods: the composite's pod mutator, loaded by ``drakit webhook``.
+
+Registered under the ``drakit.admission`` entry point group (:mod:`drakit.admission`), so core
+never imports it. A pod annotated ::
+
+    composite.drakit.io/gpu-nic-pairs: "4"
+    composite.drakit.io/numa-policy: preferred     # none (default) | preferred | required
+
+gets a ResourceClaimTemplate in its namespace, a ``spec.resourceClaims`` entry
+(``gpu-nic-pairs``) naming it, and that claim in every container's ``resources.claims``:
+
+* ``none``: one request for N pairs of class ``gpu-nic-pair``, no constraint;
+* ``preferred``: shaped by the ``numa-preferred`` strategy (``drakit_shape_request``): a
+  ``firstAvailable`` ladder of all N on one NUMA node, then all N on one socket, then
+  anywhere, so the pod never waits only because no NUMA node has N free pairs, and the
+  scheduler's prioritized-list score prefers nodes where the first choice fits;
+* ``required``: shaped by ``packed`` with ``required``: one hard ``matchAttribute`` on
+  ``resource.kubernetes.io/numaNode``; the pod stays Pending until a node has N free pairs
+  on one NUMA node, and gets an Event saying so.
+
+Kueue mode (``--kueue``, or a pod labelled ``kueue.x-k8s.io/queue-name``) emits ``exactly``
+requests only, since Kueue rejects ``firstAvailable``: ``preferred`` then degrades to ``none``
+with an admission warning. A pod that already carries its claim (re-admission, reinvocation)
+is left as it is. A bad annotation refuses the pod with the annotation named.
+
+Templates are single-use: when the claim made from one is admitted (the ResourceClaim
+controller creates it, owned by the pod, so it goes with the pod), the template is deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from drakit.admission import (
+    AdmissionRequest,
+    AdmissionResponse,
+    AdmissionServices,
+    PodMutator,
+    WebhookOptions,
+)
+from drakit.errors import ConfigInvalid, DrakitError
+from drakit.strategy_models import ShapedClaim, SimpleRequest
+
+__all__ = [
+    "CLAIM_NAME",
+    "KUEUE_QUEUE_LABEL",
+    "PAIRS_ANNOTATION",
+    "POLICY_ANNOTATION",
+    "TEMPLATE_ANNOTATION",
+    "AdmissionSettings",
+    "PairPods",
+    "PodPlan",
+    "pair_pods",
+    "plan_pod",
+]
+
+log = logging.getLogger(__name__)
+
+PAIRS_ANNOTATION = "composite.drakit.io/gpu-nic-pairs"
+POLICY_ANNOTATION = "composite.drakit.io/numa-policy"
+TEMPLATE_ANNOTATION = "composite.drakit.io/claim-template"
+"""Set on the pod (and the claims made for it) to the ResourceClaimTemplate's name."""
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+CLAIM_NAME = "gpu-nic-pairs"
+"""The pod's ``spec.resourceClaims`` entry the webhook adds."""
+
+RESOURCE_API = "resource.k8s.io/v1"
+Policy = Literal["none", "preferred", "required"]
+POLICIES: tuple[Policy, ...] = ("none", "preferred", "required")
+MAX_PAIRS = 128
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+class Shaper(Protocol):
+    """What planning a pod needs: the installed strategies (:class:`AdmissionServices` has it)."""
+
+    def shape(self, strategy: str, request: SimpleRequest) -> ShapedClaim:
+        """``drakit_shape_request``."""
+        ...
+
+
+class AdmissionSettings(BaseModel):
+    """How ``drakit webhook`` shapes pair claims (command-line flags)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pair_class: str = Field(default="gpu-nic-pair", description="DeviceClass of the pairs")
+    pairs_driver: str = Field(default="pairs.composite.drakit.io", description="Their driver")
+    numa_attribute: str = "resource.kubernetes.io/numaNode"
+    preferred_strategy: str = "numa-preferred"
+    required_strategy: str = "packed"
+    kueue: bool = Field(default=False, description="Emit exactly requests only (all pods)")
+    template_gc_delay: float = Field(
+        default=5.0, ge=0, description="Seconds after its claim is admitted to delete a template"
+    )
+
+    @property
+    def socket_attribute(self) -> str:
+        """The pairs' socket attribute (the ``preferred`` ladder's middle rung)."""
+        return f"{self.pairs_driver}/socket"
+
+
+class PodPlan(BaseModel):
+    """What admitting one pod takes: the template to create and the pod's JSON patch."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    template: dict[str, Any]
+    patch: tuple[dict[str, Any], ...]
+    warnings: tuple[str, ...] = ()
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _template_name(pod: Mapping[str, Any], uid: str) -> str:
+    meta = pod.get("metadata") or {}
+    base = str(meta.get("name") or meta.get("generateName") or "pod").lower()
+    base = _NOT_DNS.sub("-", base).strip("-")[:40].strip("-") or "pod"
+    digest = hashlib.sha256(uid.encode()).hexdigest()[:10]
+    return f"{base}-{CLAIM_NAME}-{digest}"
+
+
+def _parse_annotations(annotations: Mapping[str, str]) -> tuple[int, Policy]:
+    """Pairs and policy from the pod's annotations.
+
+    Raises:
+        ConfigInvalid: naming the annotation and the fix.
+    """
+    raw = str(annotations.get(PAIRS_ANNOTATION, "")).strip()
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAIRS:
+        raise ConfigInvalid(
+            [
+                (
+                    f"metadata.annotations[{PAIRS_ANNOTATION}]",
+                    f"{raw!r} is not a number of GPU-NIC pairs from 1 to {MAX_PAIRS} "
+                    '(example: "4")',
+                )
+            ]
+        )
+    policy = str(annotations.get(POLICY_ANNOTATION, "none")).strip()
+    if policy not in POLICIES:
+        raise ConfigInvalid(
+            [
+                (
+                    f"metadata.annotations[{POLICY_ANNOTATION}]",
+                    f"{policy!r} is not a NUMA policy; use one of {', '.join(POLICIES)}",
+                )
+            ]
+        )
+    return int(raw), policy
+
+
+def _shape(
+    host: Shaper, settings: AdmissionSettings, pairs: int, policy: Policy, kueue: bool
+) -> tuple[ShapedClaim, tuple[str, ...]]:
+    request = SimpleRequest(
+        name="pairs",
+        device_class=settings.pair_class,
+        count=pairs,
+        align_attribute=settings.numa_attribute,
+    )
+    plain = ShapedClaim(
+        requests=(
+            {"name": "pairs", "exactly": {"deviceClassName": settings.pair_class, "count": pairs}},
+        )
+    )
+    if policy == "none" or pairs == 1:
+        return plain, ()
+    if policy == "preferred":
+        if kueue:
+            return plain, (
+                f"{POLICY_ANNOTATION}=preferred needs firstAvailable, which Kueue rejects: the "
+                f"{pairs} pairs are placed anywhere on the node (use required for a hard "
+                "NUMA constraint)",
+            )
+        fallback = request.model_copy(update={"fallback_attributes": (settings.socket_attribute,)})
+        return host.shape(settings.preferred_strategy, fallback), ()
+    return host.shape(settings.required_strategy, request.model_copy(update={"required": True})), ()
+
+
+def plan_pod(
+    host: Shaper, settings: AdmissionSettings, pod: Mapping[str, Any], uid: str
+) -> PodPlan | None:
+    """What admitting ``pod`` takes, or ``None`` when it is not a pair pod or already done.
+
+    Raises:
+        ConfigInvalid: a bad annotation, or a claim name already taken (names the field).
+    """
+    meta = pod.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    if PAIRS_ANNOTATION not in annotations:
+        return None
+    spec = pod.get("spec") or {}
+    claims = spec.get("resourceClaims") or []
+    if any(c.get("name") == CLAIM_NAME for c in claims):
+        if TEMPLATE_ANNOTATION in annotations:
+            return None  # re-admission: the pod carries its claim already
+        raise ConfigInvalid(
+            [
+                (
+                    "spec.resourceClaims",
+                    f"a claim named {CLAIM_NAME!r} exists; {PAIRS_ANNOTATION} adds one of that "
+                    "name: rename yours or drop the annotation",
+                )
+            ]
+        )
+    pairs, policy = _parse_annotations(annotations)
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    kueue = settings.kueue or KUEUE_QUEUE_LABEL in labels
+    shaped, warnings = _shape(host, settings, pairs, policy, kueue)
+    devices = shaped.to_api()
+    if kueue and any("exactly" not in r for r in devices["requests"]):
+        raise ConfigInvalid(
+            [
+                (
+                    f"metadata.annotations[{POLICY_ANNOTATION}]",
+                    f"strategy for {policy!r} shaped firstAvailable, which Kueue rejects; "
+                    "use another policy or a strategy that emits exactly requests",
+                )
+            ]
+        )
+    name = _template_name(pod, uid)
+    stamp = {PAIRS_ANNOTATION: str(pairs), POLICY_ANNOTATION: policy, TEMPLATE_ANNOTATION: name}
+    template = {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/managed-by": "drakit"},
+            "annotations": dict(stamp),
+        },
+        "spec": {"metadata": {"annotations": dict(stamp)}, "spec": {"devices": devices}},
+    }
+    patch: list[dict[str, Any]] = []
+    if not meta.get("annotations"):
+        patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+    patch.append(
+        {
+            "op": "add",
+            "path": f"/metadata/annotations/{_pointer(TEMPLATE_ANNOTATION)}",
+            "value": name,
+        }
+    )
+    entry = {"name": CLAIM_NAME, "resourceClaimTemplateName": name}
+    if claims:
+        patch.append({"op": "add", "path": "/spec/resourceClaims/-", "value": entry})
+    else:
+        patch.append({"op": "add", "path": "/spec/resourceClaims", "value": [entry]})
+    for i, container in enumerate(spec.get("containers") or []):
+        resources = container.get("resources")
+        base = f"/spec/containers/{i}/resources"
+        if not resources:
+            patch.append({"op": "add", "path": base, "value": {"claims": [{"name": CLAIM_NAME}]}})
+        elif not resources.get("claims"):
+            patch.append({"op": "add", "path": f"{base}/claims", "value": [{"name": CLAIM_NAME}]})
+        else:
+            patch.append({"op": "add", "path": f"{base}/claims/-", "value": {"name": CLAIM_NAME}})
+    return PodPlan(template=template, patch=tuple(patch), warnings=warnings)
+
+
+class PairPods:
+    """The pod mutator: pair claims for annotated pods, templates deleted once used.
+
+    Args:
+        settings: how pair claims are shaped.
+    """
+
+    def __init__(self, settings: AdmissionSettings) -> None:
+        self.settings = settings
+
+    def mutate_pod(
+        self, request: AdmissionRequest, services: AdmissionServices
+    ) -> AdmissionResponse | None:
+        """Add the pair claim to an annotated pod (see the module docstring)."""
+        try:
+            plan = plan_pod(services, self.settings, request.object or {}, request.uid)
+        except ConfigInvalid as e:
+            return AdmissionResponse.refuse(f"drakit: {'; '.join(e.lines())}")
+        except DrakitError as e:  # a strategy missing or failing: refuse with its message
+            return AdmissionResponse.refuse(f"drakit: cannot shape the pair claim: {e}")
+        if plan is None:
+            return None
+        if not request.dry_run:
+            try:
+                services.create_claim_template(request.namespace, plan.template)
+            except DrakitError as e:
+                return AdmissionResponse.refuse(
+                    f"drakit: cannot create the pod's ResourceClaimTemplate: {e}", code=500
+                )
+        return AdmissionResponse(patch=plan.patch, warnings=plan.warnings)
+
+    def claim_admitted(
+        self, namespace: str, claim: Mapping[str, Any], services: AdmissionServices
+    ) -> None:
+        """A claim made from a pair template: the NUMA event if required, the template's GC."""
+        meta = claim.get("metadata") or {}
+        annotations: Mapping[str, str] = meta.get("annotations") or {}
+        template = annotations.get(TEMPLATE_ANNOTATION)
+        if not template:
+            return
+        pods = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
+        if pods and annotations.get(POLICY_ANNOTATION) == "required":
+            pod = pods[0]
+            n = annotations.get(PAIRS_ANNOTATION, "?")
+            try:
+                services.record_event(
+                    {
+                        "kind": "Pod",
+                        "apiVersion": "v1",
+                        "namespace": namespace,
+                        "name": str(pod.get("name", "")),
+                        "uid": str(pod.get("uid", "")),
+                    },
+                    "NUMAAlignmentRequired",
+                    f"{POLICY_ANNOTATION}=required: all {n} GPU-NIC pairs must come from one "
+                    f"NUMA node ({self.settings.numa_attribute}); the pod stays Pending until "
+                    f"a node has {n} free pairs on a single NUMA node. Use "
+                    f"{POLICY_ANNOTATION}=preferred to fall back to pairs split over NUMA nodes.",
+                    "Warning",
+                )
+            except DrakitError:
+                log.warning("could not record the NUMA event for pod %s", pod, exc_info=True)
+        services.delete_claim_template_later(namespace, template, self.settings.template_gc_delay)
+
+
+def pair_pods(options: WebhookOptions, drivers: Mapping[str, str]) -> PodMutator:
+    """The ``drakit.admission`` entry point: pairs of ``--pair-class`` under the composite's driver.
+
+    Args:
+        options: the webhook's flags (``--kueue``; ``pair_class`` from ``--pair-class``).
+        drivers: configured backend -> driver name (the composite's, if it is configured).
+    """
+    default = AdmissionSettings()
+    return PairPods(
+        AdmissionSettings(
+            kueue=options.kueue,
+            pair_class=options.flags.get("pair_class", default.pair_class),
+            pairs_driver=drivers.get("composite", default.pairs_driver),
+        )
+    )
