@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
 from drakit.host.inventory import build_inventory
@@ -28,6 +27,7 @@ from drakit.host.startup import fast_tmp, open_host
 from drakit.models import ClaimRef
 from drakit.prepare.pipeline import DriverState
 from drakit.strategy_models import SimpleRequest
+from drakit.testing import ClaimStore
 from drakit_cpu.plugin import CpuPlugin
 from drakit_cpu.strategies import NumaSpread
 
@@ -130,7 +130,7 @@ def test_numa_spread_takes_the_widest_split(
             assert {r["consumedCapacity"]["cpu"] for r in results} == {str(CPUS // numa_nodes)}
 
             # drakit prepares what the scheduler allocated: CPUS / k CPUs on each NUMA node
-            claims = InMemoryClaims()
+            claims = ClaimStore()
             claims.add(claim)
             state = DriverState(
                 DRIVER,

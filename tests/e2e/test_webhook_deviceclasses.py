@@ -25,12 +25,12 @@ import pytest
 import yaml
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
 from drakit.host.startup import default_sections, fast_tmp, open_host
 from drakit.models import ClaimRef
 from drakit.prepare.pipeline import DriverState
+from drakit.testing import ClaimStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -153,7 +153,7 @@ def test_extended_resource_pod_gets_pairs_of_its_numa_node_and_is_prepared(
         )
         with open_host(settings) as host:
             host.discover()
-            source = InMemoryClaims()
+            source = ClaimStore()
             source.add(claim)
             state = DriverState(
                 PAIRS,
