@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.claims import NODE, claim, make_state
 
 from drakit.config import DrakitSettings
 from drakit.cpuset import parse_cpulist
@@ -42,65 +43,6 @@ from drakit.testing import ClaimStore
 GPU = "gpu.nvidia.drakit.io"
 CPU = "cpu.drakit.io"
 AINIC = "ainic.amd.drakit.io"
-NODE = "node-a"
-
-
-@pytest.fixture(scope="module")
-def host() -> Iterator[PluginHost]:
-    settings = DrakitSettings(
-        profile="h200-8gpu-8ainic",
-        node_name=NODE,
-        plugins={"cpu": {"reserved": "0-1"}, "nvidia_gpu": {}, "amd_ainic": {}},
-    )
-    with open_host(settings) as h:
-        build_inventory(h)
-        yield h
-
-
-@pytest.fixture
-def claims() -> ClaimStore:
-    # The stored claims themselves, no copy per GET: a JSON copy cannot hold the 1,500 levels of
-    # the deeply nested config that the pipeline must reject by itself.
-    return ClaimStore(copy=False)
-
-
-def make_state(
-    host: PluginHost,
-    claims: ClaimStore,
-    root: Path,
-    driver: str = GPU,
-    repairs: list[tuple[str, int]] | None = None,
-) -> DriverState:
-    def on_repair(reason: str, _msg: str, n: int) -> None:
-        if repairs is not None:
-            repairs.append((reason, n))
-
-    return DriverState(
-        driver,
-        host,
-        claims,
-        state_dir=root / "state",
-        cdi_dir=root / "cdi",
-        boot_id="boot-1",
-        on_repair=on_repair,
-    )
-
-
-def claim(
-    claims: ClaimStore,
-    results: list[dict[str, Any]],
-    config: list[dict[str, Any]] | None = None,
-    name: str | None = None,
-) -> ClaimRef:
-    uid = str(uuid.uuid4())
-    name = name or f"c-{uid[:8]}"
-    claims.add(
-        {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
-        }
-    )
-    return ClaimRef(namespace="ns", name=name, uid=uid)
 
 
 def gpu(device: str) -> dict[str, Any]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.claims import NODE, claim, make_state
 
 from drakit.config import DrakitSettings
 from drakit.host.inventory import build_inventory
@@ -27,58 +27,6 @@ from drakit.testing import ClaimStore
 
 GPU = "gpu.nvidia.drakit.io"
 CPU = "cpu.drakit.io"
-NODE = "node-a"
-
-
-@pytest.fixture(scope="module")
-def host() -> Iterator[PluginHost]:
-    settings = DrakitSettings(
-        profile="h200-8gpu-8ainic",
-        node_name=NODE,
-        plugins={"cpu": {"reserved": "0-1"}, "nvidia_gpu": {}, "amd_ainic": {}},
-    )
-    with open_host(settings) as h:
-        build_inventory(h)  # the profile discovers (each DriverState keeps its own Inventory)
-        yield h
-
-
-@pytest.fixture
-def claims() -> ClaimStore:
-    return ClaimStore()
-
-
-def make_state(
-    host: PluginHost,
-    claims: ClaimStore,
-    tmp_path: Path,
-    driver: str = GPU,
-    boot_id: str = "boot-1",
-) -> DriverState:
-    return DriverState(
-        driver,
-        host,
-        claims,
-        state_dir=tmp_path / "state",
-        cdi_dir=tmp_path / "cdi",
-        boot_id=boot_id,
-    )
-
-
-def claim(
-    claims: ClaimStore,
-    results: list[dict[str, Any]],
-    config: list[dict[str, Any]] | None = None,
-    name: str | None = None,
-) -> ClaimRef:
-    uid = str(uuid.uuid4())
-    name = name or f"c-{uid[:8]}"
-    claims.add(
-        {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
-        }
-    )
-    return ClaimRef(namespace="ns", name=name, uid=uid)
 
 
 def gpu(device: str, request: str = "gpus", pool: str = NODE) -> dict[str, Any]:
