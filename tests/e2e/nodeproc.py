@@ -611,16 +611,17 @@ def allocated_claim(
     return cp.api("PUT", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}/status", claim)
 
 
-def create_claim_template(cp: ControlPlane, namespace: str, name: str, devices: Any) -> None:
-    """A ResourceClaimTemplate whose claims have this ``spec.devices``."""
-    cp.api(
+def _create_claim_object(
+    cp: ControlPlane, namespace: str, kind: str, name: str, spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    return cp.api(
         "POST",
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
+        f"{RESOURCE}/namespaces/{namespace}/{kind.lower()}s",
         {
             "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
+            "kind": kind,
             "metadata": {"name": name},
-            "spec": {"spec": {"devices": devices}},
+            "spec": spec,
         },
     )
 
@@ -629,15 +630,13 @@ def create_claim(
     cp: ControlPlane, namespace: str, name: str, spec: Mapping[str, Any]
 ) -> dict[str, Any]:
     """A ResourceClaim with this ``spec`` (``{"devices": ...}``), as the API server stored it."""
-    return cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": spec,
-        },
+    return _create_claim_object(cp, namespace, "ResourceClaim", name, spec)
+
+
+def create_claim_template(cp: ControlPlane, namespace: str, name: str, devices: Any) -> None:
+    """A ResourceClaimTemplate whose claims have this ``spec.devices``."""
+    _create_claim_object(
+        cp, namespace, "ResourceClaimTemplate", name, {"spec": {"devices": devices}}
     )
 
 

@@ -25,6 +25,7 @@ from tests.e2e.nodeproc import (
     RESOURCE,
     Running,
     allocated_claim,
+    create_claim_template,
     device_classes,
     kubelet_flags,
     published,
@@ -85,32 +86,20 @@ def test_pod_is_prepared_and_released_through_the_kubelets_dra_manager(  # noqa:
     namespace: str,
 ) -> None:
     cp = control_plane
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "train"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {"name": "gpu", "exactly": {"deviceClassName": classes["nvidia_gpu"]}},
-                            {"name": "nic", "exactly": {"deviceClassName": classes["amd_ainic"]}},
-                            {
-                                "name": "cpus",
-                                "exactly": {
-                                    "deviceClassName": classes["cpu"],
-                                    "capacity": {"requests": {"cpu": "4"}},
-                                },
-                            },
-                        ]
-                    }
-                }
+    train = {
+        "requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": classes["nvidia_gpu"]}},
+            {"name": "nic", "exactly": {"deviceClassName": classes["amd_ainic"]}},
+            {
+                "name": "cpus",
+                "exactly": {
+                    "deviceClassName": classes["cpu"],
+                    "capacity": {"requests": {"cpu": "4"}},
+                },
             },
-        },
-    )
+        ]
+    }
+    create_claim_template(cp, namespace, "train", train)
     cp.api(
         "POST",
         f"/api/v1/namespaces/{namespace}/pods",
