@@ -55,7 +55,6 @@ from typing import Any, Protocol
 
 from benchmarks.common import Baseline, Report, calibration_workload, interleaved, median
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
@@ -63,6 +62,7 @@ from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimPrepareResult, ClaimRef, ClaimUnprepareResult, NodeInfo
 from drakit.node.daemon import Node
+from drakit.prepare.memory import ClaimStore
 from drakit.prepare.pipeline import DriverState
 from drakit.sim import SysfsBuilder, build_profile, get_profile
 from drakit_amd_ainic.sim import ainic_machine
@@ -79,7 +79,7 @@ KINDS: tuple[tuple[str, str, dict[str, str] | None], ...] = (
 """The prepared claims, alternating: (kind, device, consumed capacity)."""
 
 
-def _claim(claims: InMemoryClaims, device: str, consumed: dict[str, str] | None) -> ClaimRef:
+def _claim(claims: ClaimStore, device: str, consumed: dict[str, str] | None) -> ClaimRef:
     uid = str(uuid.uuid4())
     result: dict[str, Any] = {"request": "nic", "driver": DRIVER, "pool": NODE, "device": device}
     if consumed is not None:
@@ -136,7 +136,7 @@ def run_ainic(report: Report, repeats: int, discovery_repeats: int, cold_repeats
         kubelet = _kubelet_prepares(settings, base / "node", repeats, calib)
         host = PluginHost(settings, NodeInfo(name=NODE, sysfs_root=str(sroot)))
         build_inventory(host)
-        claims = InMemoryClaims()
+        claims = ClaimStore(copy=False)
         state = DriverState(
             DRIVER, host, claims, state_dir=base / "state", cdi_dir=base / "cdi", boot_id="b"
         )
@@ -228,7 +228,7 @@ def _kubelet_prepares(
             "metrics": settings.metrics.model_copy(update={"enabled": False}),
         }
     )
-    claims = InMemoryClaims()
+    claims = ClaimStore(copy=False)
     node = Node(settings, claims=claims, boot_id="bench-boot", instance_id="bench-nic")
     node.start()
     client = KubeletClient(node.servers[DRIVER].registration_socket)
@@ -248,7 +248,7 @@ class _Pipeline(Protocol):
 
 
 def _alternating(
-    pipeline: _Pipeline, claims: InMemoryClaims, repeats: int, calib: list[float]
+    pipeline: _Pipeline, claims: ClaimStore, repeats: int, calib: list[float]
 ) -> dict[str, float]:
     """p50 prepare per kind of :data:`KINDS`, alternating so both see the same load.
 

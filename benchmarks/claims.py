@@ -1,6 +1,7 @@
 """Where benchmark claims are stored: the claim source the node under test GETs from.
 
-:class:`MemoryClaims` keeps them in :class:`drakit.commands.demo.InMemoryClaims` (no API server);
+:class:`MemoryClaims` keeps them in drakit's in-memory claim source,
+:class:`drakit.prepare.memory.ClaimStore` (no API server, no copy per GET);
 :class:`benchmarks.cluster.ApiClaims` creates them in a real API server.
 """
 
@@ -10,8 +11,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.models import ClaimRef
+from drakit.prepare import memory
 
 __all__ = ["NAMESPACE", "ClaimStore", "MemoryClaims", "claim_spec"]
 
@@ -51,12 +52,12 @@ def claim_spec(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 class MemoryClaims:
-    """Claims in :class:`drakit.commands.demo.InMemoryClaims` (no API server)."""
+    """Claims in a :class:`drakit.prepare.memory.ClaimStore` (no API server)."""
 
     source = "memory"
 
     def __init__(self) -> None:
-        self.claims = InMemoryClaims()
+        self.claims = memory.ClaimStore(copy=False)
 
     def add(self, name: str, results: Sequence[dict[str, Any]]) -> ClaimRef:
         """Store the claim in the dict the pipeline reads."""

@@ -4,7 +4,7 @@ Run as a script: ``python benchmarks/node_child.py ROOT PORT BACKENDS``. It star
 :class:`drakit.node.daemon.Node` on the ``h200-8gpu-8ainic`` profile with ``BACKENDS``
 (comma-separated names; :data:`benchmarks.rss.BACKENDS` when run by the benchmark), the kubelet
 sockets and the probe server on ``127.0.0.1:PORT``, and claims from
-:class:`drakit.commands.demo.InMemoryClaims` (no API server, so no publisher), then serves until
+a :class:`drakit.prepare.memory.ClaimStore` (no API server, so no publisher), then serves until
 SIGTERM. It is what ``drakit node`` runs minus the Kubernetes client and the publisher.
 """
 
@@ -14,9 +14,9 @@ import logging
 import sys
 from pathlib import Path
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.host.settings import DrakitSettings
 from drakit.node.daemon import Node
+from drakit.prepare.memory import ClaimStore
 
 
 def main(argv: list[str]) -> None:
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> None:
         metrics={"enabled": True, "address": "127.0.0.1", "port": port},
         log_level="WARNING",
     )
-    Node(settings, claims=InMemoryClaims(), boot_id="bench-boot", instance_id="rss").run()
+    Node(settings, claims=ClaimStore(copy=False), boot_id="bench-boot", instance_id="rss").run()
 
 
 if __name__ == "__main__":

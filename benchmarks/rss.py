@@ -5,7 +5,7 @@ measuring the same node when the defaults grow (``amd_gpu`` joined them after th
 runs). With ``--cluster`` the process is the real ``drakit node`` command (the console script
 of this environment, what ``uv run drakit node`` executes) against the benchmark's control
 plane, on the ``h200-8gpu-8ainic`` profile. Without it, ``benchmarks/node_child.py`` starts
-:class:`drakit.node.daemon.Node` with :class:`drakit.commands.demo.InMemoryClaims` instead (no
+:class:`drakit.node.daemon.Node` with :class:`drakit.prepare.memory.ClaimStore` instead (no
 Kubernetes client, no publisher); the figure names say which one was measured.
 
 ``VmRSS`` and ``VmHWM`` are read from ``/proc/<pid>/status`` once ``/readyz`` answers 200, and

@@ -159,24 +159,11 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     them with ``gracePeriodSeconds=0`` first.
     """
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    control_plane.api(
-        "POST",
-        "/api/v1/namespaces",
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"drakit-e2e": "true"}},
-        },
-    )
+    control_plane.create_namespace(name, {"drakit-e2e": "true"})
     try:
         yield name
     finally:
-        control_plane.api(
-            "DELETE",
-            f"/api/v1/namespaces/{name}/pods",
-            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-        )
-        control_plane.api("DELETE", f"/api/v1/namespaces/{name}")
+        control_plane.delete_namespace(name)
 
 
 @pytest.fixture

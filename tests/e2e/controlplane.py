@@ -714,6 +714,28 @@ class ControlPlane:
             if status not in (200, 202, 404):
                 raise ControlPlaneError(f"DELETE {path}: HTTP {status}: {data[:300]!r}")
 
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        """Create a namespace."""
+        meta: dict[str, Any] = {"name": name, **({"labels": labels} if labels else {})}
+        self.api(
+            "POST",
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": meta},
+        )
+
+    def delete_namespace(self, name: str) -> None:
+        """Force-delete a namespace's pods, then delete the namespace.
+
+        Without a kubelet, gracefully deleted pods never go away, so they are deleted with
+        ``gracePeriodSeconds=0`` first.
+        """
+        self.api(
+            "DELETE",
+            f"/api/v1/namespaces/{name}/pods",
+            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+        )
+        self.api("DELETE", f"/api/v1/namespaces/{name}")
+
 
 def new_run_dir() -> Path:
     """Create a fresh, short run directory (socket paths must stay < 108 bytes).

@@ -26,16 +26,21 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final, Self
 
-from tests.e2e.controlplane import ControlPlane, free_port
+from tests.e2e.controlplane import ControlPlane, ControlPlaneError, free_port, wait_for
 
+from drakit.host.pluginhost import PluginHost
 from drakit.kubelet.client import KubeletClient
 from drakit.kubelet.server import socket_paths
+from drakit.models import ClaimRef
+from drakit.prepare.pipeline import DriverState
+from drakit.testing import ClaimStore
 
 __all__ = [
     "DRIVERS",
@@ -44,12 +49,23 @@ __all__ = [
     "NodeProcess",
     "NodeProcessError",
     "Proxy",
+    "Running",
     "allocated_claim",
+    "bound_claim",
+    "create_claim",
+    "create_claim_template",
     "create_device_class",
+    "create_pod",
+    "device_classes",
+    "drakit_device_classes",
     "kubeconfig_via",
     "kubelet_flags",
     "memory_dir",
+    "pipeline_for",
+    "published",
     "published_drivers",
+    "running_node",
+    "wait_allocated",
 ]
 
 #: Backend name -> its default DRA driver name.
@@ -416,6 +432,122 @@ class NodeProcess:
         self.close()
 
 
+# ---------------------------------------------------------------- running nodes
+
+
+@dataclass
+class Running:
+    """A test module's node: a Node in the API server and the ``drakit node`` process serving it.
+
+    Attributes:
+        name: The Node's name (``--node-name``).
+        dirs: The process's directories.
+        proc: The process.
+        sysfs_root: The simulated host root it reads, where the test built one
+            (``--sysfs-root``); :attr:`root` is the same, never ``None``.
+        classes: The DeviceClasses made for the module: a key of the module's choosing (a
+            driver, a backend, one of drakit's class names) -> the class's name.
+        facts: What the module's set-up found out (a CPU topology, a GPU's UUID, what
+            ``/readyz`` answered), also readable as attributes: ``node.facts["gpu0"]`` is
+            ``node.gpu0``.
+    """
+
+    name: str
+    dirs: NodeDirs
+    proc: NodeProcess
+    sysfs_root: Path | None = None
+    classes: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        """The simulated host root the test built (``--sysfs-root``)."""
+        if self.sysfs_root is None:
+            raise AttributeError("the node builds its own tree (--profile): no root to read")
+        return self.sysfs_root
+
+    def __getattr__(self, key: str) -> Any:
+        facts = self.__dict__.get("facts") or {}
+        if key not in facts:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {key!r}")
+        return facts[key]
+
+
+@contextlib.contextmanager
+def running_node(
+    cp: ControlPlane,
+    prefix: str,
+    plugins: Mapping[str, Mapping[str, Any]],
+    *,
+    profile: str | None = None,
+    sysfs_root: Path | None = None,
+    settings: Mapping[str, Any] | None = None,
+    kubeconfig: Path | None = None,
+    dirs: NodeDirs | None = None,
+    ready_timeout: float | None = 60.0,
+    classes: Mapping[str, str] | None = None,
+) -> Iterator[Running]:
+    """A Node named ``<prefix>-<random>`` and a ``drakit node`` serving it, removed on exit.
+
+    The process (instance ``prefix``) is started and, with ``ready_timeout``, waited for until
+    ``/readyz`` answers 200. On exit it is stopped, the Node deleted (with its ResourceSlices)
+    and the directories removed.
+
+    Args:
+        cp: The control plane.
+        prefix: Names the Node, the directories and the instance.
+        plugins: The ``plugins`` section of the node's configuration.
+        profile: ``--profile`` (give this or ``sysfs_root``).
+        sysfs_root: ``--sysfs-root``: a simulated tree built beforehand.
+        settings: Further top-level configuration.
+        kubeconfig: The node's kubeconfig (default: the admin one).
+        dirs: Its directories (default: a fresh tree, removed on exit).
+        ready_timeout: Seconds to wait for ``/readyz``; ``None`` returns once it serves.
+        classes: :attr:`Running.classes`.
+    """
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cp.create_node(name)
+    dirs = dirs or NodeDirs.create(f"dk-{prefix}-")
+    try:
+        proc = NodeProcess(
+            kubeconfig=kubeconfig or cp.kubeconfig,
+            node_name=name,
+            dirs=dirs,
+            plugins=plugins,
+            profile=profile,
+            sysfs_root=sysfs_root,
+            instance_id=prefix,
+            settings=settings,
+        )
+        with proc:
+            if ready_timeout is not None:
+                proc.wait_ready(timeout=ready_timeout)
+            yield Running(name, dirs, proc, sysfs_root, dict(classes or {}))
+    finally:
+        cp.delete_node(name)
+        dirs.remove()
+
+
+@contextlib.contextmanager
+def device_classes(
+    cp: ControlPlane, prefix: str, drivers: Mapping[str, str]
+) -> Iterator[dict[str, str]]:
+    """A DeviceClass per ``drivers`` entry (key -> driver), each selecting all its devices.
+
+    Yields key -> class name (``<prefix>-<key>-<random>``); the classes are deleted on exit.
+    """
+    suffix = uuid.uuid4().hex[:6]
+    made: dict[str, str] = {}
+    try:
+        for key, driver in drivers.items():
+            made[key] = f"{prefix}-{key.split('.')[0].replace('_', '-')}-{suffix}"
+            create_device_class(cp, made[key], driver)
+        yield dict(made)
+    finally:
+        for name in made.values():
+            cp.api("DELETE", f"{RESOURCE}/deviceclasses/{name}")
+
+
 # ------------------------------------------------------------------ API helpers
 
 
@@ -477,6 +609,182 @@ def allocated_claim(
         "allocation": {"devices": {"results": list(results), "config": list(config)}}
     }
     return cp.api("PUT", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}/status", claim)
+
+
+def _create_claim_object(
+    cp: ControlPlane, namespace: str, kind: str, name: str, spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    return cp.api(
+        "POST",
+        f"{RESOURCE}/namespaces/{namespace}/{kind.lower()}s",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )
+
+
+def create_claim(
+    cp: ControlPlane, namespace: str, name: str, spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A ResourceClaim with this ``spec`` (``{"devices": ...}``), as the API server stored it."""
+    return _create_claim_object(cp, namespace, "ResourceClaim", name, spec)
+
+
+def create_claim_template(cp: ControlPlane, namespace: str, name: str, devices: Any) -> None:
+    """A ResourceClaimTemplate whose claims have this ``spec.devices``."""
+    _create_claim_object(
+        cp, namespace, "ResourceClaimTemplate", name, {"spec": {"devices": devices}}
+    )
+
+
+def create_pod(
+    cp: ControlPlane,
+    namespace: str,
+    name: str,
+    node: str | None,
+    *,
+    claim: str | None = None,
+    template: str | None = None,
+    ref: str = "r",
+    containers: Sequence[str] = ("c",),
+    image: str = "x.invalid/x",
+    affinity: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A pod for ``node`` (by ``nodeSelector``) whose containers all use one claim.
+
+    Args:
+        cp: The control plane.
+        namespace: The pod's namespace.
+        name: The pod's name.
+        node: The Node it must run on (``None``: where ``affinity`` lets it).
+        claim: An existing ResourceClaim (give this or ``template``).
+        template: A ResourceClaimTemplate the pod's claim is made from.
+        ref: The pod's name for the claim (``spec.resourceClaims[0].name``).
+        containers: The containers' names.
+        image: Their image (never pulled: there is no container runtime).
+        affinity: ``spec.affinity``, in place of the ``nodeSelector``.
+
+    Returns:
+        The pod as the API server returned it.
+    """
+    source = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template}
+    placement: dict[str, Any] = (
+        {"nodeSelector": {"kubernetes.io/hostname": node}}
+        if node is not None
+        else {"affinity": dict(affinity or {})}
+    )
+    return cp.api(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                **placement,
+                "containers": [
+                    {"name": c, "image": image, "resources": {"claims": [{"name": ref}]}}
+                    for c in containers
+                ],
+                "resourceClaims": [{"name": ref, **source}],
+            },
+        },
+    )
+
+
+def wait_allocated(
+    cp: ControlPlane, namespace: str, name: str, *, what: str, timeout: float = 60
+) -> dict[str, Any]:
+    """Wait until the scheduler allocated ResourceClaim ``name``; the claim then."""
+    path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}"
+
+    def allocated() -> dict[str, Any] | None:
+        claim: dict[str, Any] = cp.api("GET", path)
+        return claim if (claim.get("status") or {}).get("allocation") else None
+
+    done: dict[str, Any] = wait_for(allocated, timeout=timeout, what=what)
+    return done
+
+
+def bound_claim(cp: ControlPlane, namespace: str, pod: str, timeout: float = 60) -> dict[str, Any]:
+    """Wait until the scheduler bound ``pod`` (with its claim's status); the claim it got."""
+
+    def bound() -> dict[str, Any] | None:
+        got = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        statuses = got.get("status", {}).get("resourceClaimStatuses") or []
+        return got if got["spec"].get("nodeName") and statuses else None
+
+    bound_pod = wait_for(bound, timeout=timeout, what=f"the scheduler to bind {pod}")
+    claim_name = bound_pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim: dict[str, Any] = cp.api(
+        "GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim_name}"
+    )
+    return claim
+
+
+def published(cp: ControlPlane, node: str) -> dict[str, set[str]]:
+    """Driver -> device names in the node's ResourceSlices."""
+    items = cp.api("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node}")["items"]
+    out: dict[str, set[str]] = {}
+    for s in items:
+        out.setdefault(s["spec"]["driver"], set()).update(
+            d["name"] for d in s["spec"].get("devices", [])
+        )
+    return out
+
+
+@contextlib.contextmanager
+def drakit_device_classes(cp: ControlPlane) -> Iterator[list[dict[str, Any]]]:
+    """drakit's DeviceClasses for the default backends (``drakit deviceclasses -o json``), applied.
+
+    Yields the class objects; those this call created (not those that existed) are deleted on
+    exit.
+    """
+    out = subprocess.run(
+        [*_drakit_argv(), "deviceclasses", "-o", "json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+    created = []
+    try:
+        for obj in items:
+            try:
+                cp.api("POST", f"{RESOURCE}/deviceclasses", obj)
+                created.append(obj["metadata"]["name"])
+            except ControlPlaneError as e:
+                if "409" not in str(e):
+                    raise
+        yield items
+    finally:
+        for name in created:
+            cp.api("DELETE", f"{RESOURCE}/deviceclasses/{name}")
+
+
+@contextlib.contextmanager
+def pipeline_for(
+    host: PluginHost, driver: str, claim: Mapping[str, Any], root: Path
+) -> Iterator[tuple[DriverState, ClaimRef]]:
+    """drakit's prepare pipeline for ``driver`` in this process, with ``claim`` to GET.
+
+    Yields the pipeline (state and CDI specs under ``root``) and the claim's reference; the
+    pipeline is closed on exit. The claim is one the API server returned (it has a UID).
+    """
+    claims = ClaimStore()
+    claims.add(dict(claim))
+    state = DriverState(
+        driver, host, claims, state_dir=root / "state", cdi_dir=root / "cdi", boot_id="e2e"
+    )
+    try:
+        meta = claim["metadata"]
+        yield state, ClaimRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+    finally:
+        state.close()
 
 
 def kubelet_flags(

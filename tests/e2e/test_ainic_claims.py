@@ -25,9 +25,7 @@ import functools
 import os
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +35,13 @@ from tests.e2e.nodeproc import (
     DRIVERS,
     RESOURCE,
     NodeDirs,
-    NodeProcess,
-    create_device_class,
+    Running,
+    bound_claim,
+    create_claim_template,
+    create_pod,
+    device_classes,
     kubelet_flags,
+    running_node,
 )
 
 from drakit.host.startup import fast_tmp
@@ -54,16 +56,6 @@ SHARED_PF, VF_PF = "0000:18:00.0", "0000:40:00.0"
 NIC_CONFIG = {"apiVersion": "ainic.drakit.io/v1alpha1", "kind": "NicConfig"}
 
 
-@dataclass
-class Running:
-    name: str
-    dirs: NodeDirs
-    proc: NodeProcess
-    root: Path
-    nic_class: str
-    gpu_class: str
-
-
 def numvfs(root: Path, pf: str) -> int:
     return len(list((root / "sys/bus/pci/devices" / pf).resolve().glob("virtfn*")))
 
@@ -71,52 +63,43 @@ def numvfs(root: Path, pf: str) -> int:
 @pytest.fixture(scope="module")
 def node(control_plane: ControlPlane) -> Iterator[Running]:
     cp = control_plane
-    name = f"ainic-{uuid.uuid4().hex[:6]}"
-    cp.create_node(name)
     dirs = NodeDirs.create("dk-nic-")
-    nic_class, gpu_class = f"nic-{uuid.uuid4().hex[:6]}", f"gpu-{uuid.uuid4().hex[:6]}"
-    create_device_class(cp, nic_class, NIC)
-    create_device_class(cp, gpu_class, GPU)
     spec = get_profile(PROFILE)
-    with tempfile.TemporaryDirectory(prefix="dk-nic-root-", dir=fast_tmp()) as tmp:
-        root = SysfsBuilder(spec).build(Path(tmp) / "root")
-        proc = NodeProcess(
-            kubeconfig=cp.kubeconfig,
-            node_name=name,
-            dirs=dirs,
-            plugins={
-                "amd_ainic": {
-                    "state_dir": str(dirs.state_dir / "ainic"),
-                    "nics": [
-                        {"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 4},
-                        {"select": {"pci_addresses": [VF_PF]}, "mode": "vf"},
-                    ],
-                    "rails": {
-                        f"enp{b}s0": r
-                        for b, r in zip(
-                            (79, 94, 154, 192, 206, 220), (1, 1, 2, 2, 3, 3), strict=True
-                        )
-                    },
-                    "fabric": "pod-a",
-                },
-                "nvidia_gpu": {},
+    plugins = {
+        "amd_ainic": {
+            "state_dir": str(dirs.state_dir / "ainic"),
+            "nics": [
+                {"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 4},
+                {"select": {"pci_addresses": [VF_PF]}, "mode": "vf"},
+            ],
+            "rails": {
+                f"enp{b}s0": r
+                for b, r in zip((79, 94, 154, 192, 206, 220), (1, 1, 2, 2, 3, 3), strict=True)
             },
-            sysfs_root=root,
-            instance_id="nic",
-            settings={"health": {"interval": 0.5, "taint_unhealthy": True}},
-        )
-        try:
-            with SriovKernel(spec, root):
-                (root / "sys/bus/pci/devices" / VF_PF / "sriov_numvfs").write_text("4\n")
-                wait_for(lambda: numvfs(root, VF_PF) == 4, timeout=10, what="operator VFs")
-                with proc:
-                    proc.wait_ready(timeout=90)
-                    yield Running(name, dirs, proc, root, nic_class, gpu_class)
-        finally:
-            cp.delete_node(name)
-            for cls in (nic_class, gpu_class):
-                cp.api("DELETE", f"{RESOURCE}/deviceclasses/{cls}")
-            dirs.remove()
+            "fabric": "pod-a",
+        },
+        "nvidia_gpu": {},
+    }
+    with (
+        device_classes(cp, "e2e", {"nic": NIC, "gpu": GPU}) as classes,
+        tempfile.TemporaryDirectory(prefix="dk-nic-root-", dir=fast_tmp()) as tmp,
+    ):
+        root = SysfsBuilder(spec).build(Path(tmp) / "root")
+        with SriovKernel(spec, root):
+            (root / "sys/bus/pci/devices" / VF_PF / "sriov_numvfs").write_text("4\n")
+            wait_for(lambda: numvfs(root, VF_PF) == 4, timeout=10, what="operator VFs")
+            settings = {"health": {"interval": 0.5, "taint_unhealthy": True}}
+            with running_node(
+                cp,
+                "nic",
+                plugins,
+                sysfs_root=root,
+                settings=settings,
+                dirs=dirs,
+                ready_timeout=90,
+                classes=classes,
+            ) as node:
+                yield node
 
 
 def cel(expr: str) -> list[dict[str, Any]]:
@@ -132,7 +115,7 @@ def nic_request(
     capacity: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     exactly: dict[str, Any] = {
-        "deviceClassName": node.nic_class,
+        "deviceClassName": node.classes["nic"],
         "selectors": cel(expr),
         "count": count,
     }
@@ -151,46 +134,9 @@ def make_pod(
     wait: bool = True,
 ) -> dict[str, Any] | None:
     """A template + pod on the node; with ``wait``, the allocated claim once the pod is bound."""
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": pod},
-            "spec": {"spec": {"devices": devices}},
-        },
-    )
-    cp.api(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "containers": [
-                    {"name": "c", "image": "x.invalid/x", "resources": {"claims": [{"name": "r"}]}}
-                ],
-                "resourceClaims": [{"name": "r", "resourceClaimTemplateName": pod}],
-            },
-        },
-    )
-    if not wait:
-        return None
-
-    def bound() -> dict[str, Any] | None:
-        got = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
-        statuses = got.get("status", {}).get("resourceClaimStatuses") or []
-        return got if got["spec"].get("nodeName") and statuses else None
-
-    bound_pod = wait_for(bound, timeout=60, what=f"the scheduler to bind {pod}")
-    claim_name = bound_pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    claim: dict[str, Any] = cp.api(
-        "GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim_name}"
-    )
-    return claim
+    create_claim_template(cp, namespace, pod, devices)
+    create_pod(cp, namespace, pod, node.name, template=pod)
+    return bound_claim(cp, namespace, pod) if wait else None
 
 
 def status_written(cp: ControlPlane, path: str) -> dict[str, Any] | None:
@@ -334,7 +280,7 @@ def test_c_gpu_and_nic_match_on_pcie_root(
                 {
                     "name": "gpu",
                     "exactly": {
-                        "deviceClassName": node.gpu_class,
+                        "deviceClassName": node.classes["gpu"],
                         "selectors": cel(
                             'device.attributes["resource.kubernetes.io"].pciBusID == "0000:9d:00.0"'
                         ),

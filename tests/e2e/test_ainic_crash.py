@@ -27,7 +27,9 @@ from tests.e2e.nodeproc import (
     RESOURCE,
     NodeDirs,
     NodeProcess,
+    create_claim_template,
     create_device_class,
+    create_pod,
     kubelet_flags,
 )
 
@@ -98,7 +100,7 @@ def env(
     namespace = f"nic-crash-{uuid.uuid4().hex[:6]}"
     cls = f"nic-crash-{uuid.uuid4().hex[:6]}"
     cp.create_node(node)
-    cp.api("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    cp.create_namespace(namespace)
     create_device_class(cp, cls, NIC)
     dirs = NodeDirs.create("dk-nicc-")
     spec = get_profile(PROFILE)
@@ -106,54 +108,20 @@ def env(
         root = SysfsBuilder(spec).build(Path(tmp) / "root")
         try:
             with SriovKernel(spec, root):
-                cp.api(
-                    "POST",
-                    f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
-                    {
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "ResourceClaimTemplate",
-                        "metadata": {"name": "share"},
-                        "spec": {
-                            "spec": {
-                                "devices": {
-                                    "requests": [
-                                        {
-                                            "name": "nic",
-                                            "exactly": {
-                                                "deviceClassName": cls,
-                                                "capacity": {"requests": {"bandwidth": "40"}},
-                                            },
-                                        }
-                                    ]
-                                }
-                            }
-                        },
-                    },
-                )
+                exactly = {"deviceClassName": cls, "capacity": {"requests": {"bandwidth": "40"}}}
+                share = {"requests": [{"name": "nic", "exactly": exactly}]}
+                create_claim_template(cp, namespace, "share", share)
                 e = Env(cp, kubelet_standin, node, namespace, dirs, root)
                 with e.process("setup") as proc:
                     proc.wait_ready(timeout=90)
-                    cp.api(
-                        "POST",
-                        f"/api/v1/namespaces/{namespace}/pods",
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "metadata": {"name": "victim"},
-                            "spec": {
-                                "nodeSelector": {"kubernetes.io/hostname": node},
-                                "containers": [
-                                    {
-                                        "name": "main",
-                                        "image": "x.invalid/x",
-                                        "resources": {"claims": [{"name": "d"}]},
-                                    }
-                                ],
-                                "resourceClaims": [
-                                    {"name": "d", "resourceClaimTemplateName": "share"}
-                                ],
-                            },
-                        },
+                    create_pod(
+                        cp,
+                        namespace,
+                        "victim",
+                        node,
+                        template="share",
+                        ref="d",
+                        containers=("main",),
                     )
 
                     def bound() -> bool:

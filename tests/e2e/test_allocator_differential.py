@@ -35,6 +35,7 @@ from tests.e2e.allocator_scenarios import (
     generate,
 )
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
+from tests.e2e.nodeproc import create_claim, create_pod
 
 from drakit.allocator import (
     AllocationError,
@@ -74,15 +75,7 @@ def cluster(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, str, st
     """A namespace allowed adminAccess, the DeviceClasses, and cleanup of what the test made."""
     run = uuid.uuid4().hex[:5]
     ns = f"dx-{run}"
-    control_plane.api(
-        "POST",
-        "/api/v1/namespaces",
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": ns, "labels": {"resource.kubernetes.io/admin-access": "true"}},
-        },
-    )
+    control_plane.create_namespace(ns, {"resource.kubernetes.io/admin-access": "true"})
     classes = {**CLASSES, **all_profile_classes()}
     for name, expr in classes.items():
         control_plane.api(
@@ -98,12 +91,7 @@ def cluster(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, str, st
     try:
         yield control_plane, ns, run
     finally:
-        control_plane.api(
-            "DELETE",
-            f"/api/v1/namespaces/{ns}/pods",
-            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-        )
-        control_plane.api("DELETE", f"/api/v1/namespaces/{ns}")
+        control_plane.delete_namespace(ns)
         nodes = control_plane.api("GET", f"/api/v1/nodes?labelSelector=dx-run%3D{run}")
         _parallel(lambda n: control_plane.delete_node(n["metadata"]["name"]), nodes["items"])
         for name in classes:
@@ -118,16 +106,7 @@ def _create_scenario(cp: ControlPlane, sc: Scenario, run: str) -> None:
 
 def _submit(cp: ControlPlane, ns: str, sc: Scenario, phase: int) -> None:
     name = f"{sc.node}-c{phase}"
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {"devices": sc.claims[phase]},
-        },
-    )
+    create_claim(cp, ns, name, {"devices": sc.claims[phase]})
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -141,22 +120,7 @@ def _submit(cp: ControlPlane, ns: str, sc: Scenario, phase: int) -> None:
             }
         }
     }
-    cp.api(
-        "POST",
-        f"/api/v1/namespaces/{ns}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "affinity": affinity,
-                "containers": [
-                    {"name": "c", "image": "x.invalid/x", "resources": {"claims": [{"name": "c"}]}}
-                ],
-                "resourceClaims": [{"name": "c", "resourceClaimName": name}],
-            },
-        },
-    )
+    create_pod(cp, ns, name, None, claim=name, ref="c", affinity=affinity)
 
 
 def _submit_at(cp: ControlPlane, ns: str, phase: int, sc: Scenario) -> None:

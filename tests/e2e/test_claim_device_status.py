@@ -8,14 +8,13 @@ claim already shows the same entries, and rewrites the checkpoint's entries at s
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.controlplane import ControlPlane
+from tests.e2e import nodeproc
+from tests.e2e.controlplane import ControlPlane, wait_for
 
 from drakit.errors import PermanentError
 from drakit.host.settings import DrakitSettings
@@ -36,33 +35,15 @@ def allocated_claim(
     cp: ControlPlane, namespace: str, devices: list[tuple[str, str, str | None]]
 ) -> dict[str, Any]:
     """A claim allocated (as the scheduler would) to ``(driver, device, shareID)`` results."""
-    base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
-    name = f"c-{uuid.uuid4().hex[:8]}"
-    created = cp.api(
-        "POST",
-        base,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {"name": "r", "exactly": {"deviceClassName": "x", "count": len(devices)}}
-                    ]
-                }
-            },
-        },
-    )
     results = []
     for driver, device, share in devices:
         r: dict[str, Any] = {"request": "r", "driver": driver, "pool": POOL, "device": device}
         if share:
             r["shareID"] = share
         results.append(r)
-    created["status"] = {"allocation": {"devices": {"results": results}}}
-    stored: dict[str, Any] = cp.api("PUT", f"{base}/{name}/status", created)
-    return stored
+    return nodeproc.allocated_claim(
+        cp, namespace, f"c-{uuid.uuid4().hex[:8]}", results, device_class="x"
+    )
 
 
 def entry(driver: str, device: str, ifname: str, share: str | None = None) -> dict[str, Any]:
@@ -140,14 +121,6 @@ def test_apply_refuses_a_replaced_or_missing_claim(
         )
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_driver_state_rewrites_checkpointed_network_data_at_start(
     kube: KubeClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
@@ -199,7 +172,12 @@ def test_driver_state_rewrites_checkpointed_network_data_at_start(
         )
         try:
             assert restarted.resume_device_status() == 1
-            wait_for(lambda: bool(status_devices(kube, claim)), "networkData written")
+            wait_for(
+                lambda: bool(status_devices(kube, claim)),
+                what="networkData written",
+                timeout=20.0,
+                interval=0.05,
+            )
             [got] = status_devices(kube, claim)
             assert (got["device"], got["shareID"]) == ("nic-0", share)
             assert got["networkData"] == {"interfaceName": "net1"}

@@ -25,9 +25,13 @@ from typing import Any
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
-from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, kubelet_flags
-from tests.e2e.test_composite_pairs import (
+from tests.e2e.nodeproc import (
+    RESOURCE,
     Running,
+    kubelet_flags,
+    running_node,
+)
+from tests.e2e.test_composite_pairs import (
     _allocated,
     _bound,
     _install_classes,
@@ -62,29 +66,17 @@ NUMA = 'device.attributes["resource.kubernetes.io"].numaNode == {}'
 @pytest.fixture(scope="module")
 def node(control_plane: ControlPlane) -> Iterator[Running]:
     cp = control_plane
-    name = f"locked-{uuid.uuid4().hex[:6]}"
     suffix = uuid.uuid4().hex[:6]
-    dirs = NodeDirs.create("dk-locked-")
     classes = _install_classes(cp, PLUGINS, suffix)
-    cp.create_node(name)
-    proc = NodeProcess(
-        kubeconfig=cp.kubeconfig,
-        node_name=name,
-        dirs=dirs,
-        plugins=PLUGINS,
-        profile=PROFILE,
-        instance_id="locked",
-    )
     try:
-        with proc:
-            proc.wait_ready(timeout=90)
-            _wait_published(cp, name, 10, DRIVER)
-            yield Running(name, classes, dirs)
+        with running_node(
+            cp, "locked", PLUGINS, profile=PROFILE, ready_timeout=90, classes=classes
+        ) as node:
+            _wait_published(cp, node.name, 10, DRIVER)
+            yield node
     finally:
-        cp.delete_node(name)
         for own in classes.values():
             cp.api("DELETE", f"{RESOURCE}/deviceclasses/{own}")
-        dirs.remove()
 
 
 def _claim_and_pod(

@@ -28,13 +28,20 @@ from __future__ import annotations
 import signal
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, KubeletStandIn, wait_for
-from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, kubelet_flags
+from tests.e2e.nodeproc import (
+    RESOURCE,
+    NodeDirs,
+    NodeProcess,
+    Running,
+    create_claim,
+    create_pod,
+    kubelet_flags,
+    running_node,
+)
 
 from drakit.deviceclasses import render_device_classes
 from drakit.host.settings import DrakitSettings
@@ -48,17 +55,6 @@ pytestmark = pytest.mark.e2e
 PROFILE = "h200-8gpu-8ainic"
 DRIVER = "gpu-nic.e2e.drakit.io"
 ATTR = f'device.attributes["{DRIVER}"]'
-
-
-@dataclass
-class Running:
-    name: str
-    classes: dict[str, str]
-    """drakit's class name (``nvidia-gpu``, ``gpu-nic-pair``) -> this module's copy of it."""
-    dirs: NodeDirs
-    root: Path | None = None
-    """The simulated tree the module's node reads (its health seams)."""
-    proc: NodeProcess | None = None
 
 
 def _plugins(state_dir: str) -> dict[str, dict[str, Any]]:
@@ -76,32 +72,28 @@ def _plugins(state_dir: str) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def node(control_plane: ControlPlane) -> Iterator[Running]:
     cp = control_plane
-    name = f"pairs-{uuid.uuid4().hex[:6]}"
     suffix = uuid.uuid4().hex[:6]
     dirs = NodeDirs.create("dk-pairs-")
     plugins = _plugins(str(dirs.state_dir / "ainic"))
     classes = _install_classes(cp, plugins, suffix)
-    cp.create_node(name)
     root = build_profile(PROFILE, dirs.root / "sim")
-    proc = NodeProcess(
-        kubeconfig=cp.kubeconfig,
-        node_name=name,
-        dirs=dirs,
-        plugins=plugins,
-        sysfs_root=root,
-        instance_id="pairs",
-        settings={"health": {"interval": 0.5, "taint_unhealthy": True}},
-    )
+    settings = {"health": {"interval": 0.5, "taint_unhealthy": True}}
     try:
-        with proc:
-            proc.wait_ready(timeout=90)
-            _wait_published(cp, name, 24)
-            yield Running(name, classes, dirs, root, proc)
+        with running_node(
+            cp,
+            "pairs",
+            plugins,
+            sysfs_root=root,
+            settings=settings,
+            dirs=dirs,
+            ready_timeout=90,
+            classes=classes,
+        ) as node:
+            _wait_published(cp, node.name, 24)
+            yield node
     finally:
-        cp.delete_node(name)
         for own in classes.values():
             cp.api("DELETE", f"{RESOURCE}/deviceclasses/{own}")
-        dirs.remove()
 
 
 def _install_classes(cp: ControlPlane, plugins: dict[str, Any], suffix: str) -> dict[str, str]:
@@ -148,32 +140,8 @@ def _post_claim_and_pod(
     cp: ControlPlane, ns: str, name: str, node: str, exactly: dict[str, Any]
 ) -> None:
     """A claim of one ``exactly`` request and a pod on ``node`` that uses it (same name)."""
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {"devices": {"requests": [{"name": "r", "exactly": exactly}]}},
-        },
-    )
-    cp.api(
-        "POST",
-        f"/api/v1/namespaces/{ns}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [
-                    {"name": "c", "image": "x.invalid/x", "resources": {"claims": [{"name": "r"}]}}
-                ],
-                "resourceClaims": [{"name": "r", "resourceClaimName": name}],
-            },
-        },
-    )
+    create_claim(cp, ns, name, {"devices": {"requests": [{"name": "r", "exactly": exactly}]}})
+    create_pod(cp, ns, name, node, claim=name)
 
 
 def _allocated(cp: ControlPlane, ns: str, name: str) -> list[dict[str, Any]]:
@@ -367,8 +335,8 @@ def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
         )
 
     try:
-        here = Running(name, node.classes, dirs)
         with process("crash", {"DRAKIT_CRASH_AT": "prepare-after-member"}) as doomed:
+            here = Running(name, dirs, doomed, classes=node.classes)
             doomed.wait_ready(timeout=90)
             _wait_published(cp, name, 24)
             _claim_and_pod(cp, ns, "victim", here, "gpu-nic-pair", f'{ATTR}.nic != "ainic-0"')

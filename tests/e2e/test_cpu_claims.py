@@ -12,22 +12,22 @@ socket), one grouped device per socket with a consumable ``cpu`` capacity. Shown
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
+from tests.e2e.controlplane import ControlPlane, KubeletStandIn
 from tests.e2e.nodeproc import (
     DRIVERS,
-    RESOURCE,
-    NodeDirs,
-    NodeProcess,
-    create_device_class,
+    Running,
+    bound_claim,
+    create_claim_template,
+    create_pod,
+    device_classes,
     kubelet_flags,
+    running_node,
 )
 
 from drakit.cpuset import parse_cpulist
@@ -40,46 +40,21 @@ CPU = DRIVERS["cpu"]
 PROFILE = "epyc-genoa-2s-nps4"
 
 
-@dataclass
-class Running:
-    """The module's node."""
-
-    name: str
-    dirs: NodeDirs
-    proc: NodeProcess
-    topology: CpuTopology
-
-
 @pytest.fixture(scope="module")
 def node(control_plane: ControlPlane) -> Iterator[Running]:
-    name = f"cpu-{uuid.uuid4().hex[:6]}"
-    control_plane.create_node(name)
-    dirs = NodeDirs.create("dk-cpu-")
-    proc = NodeProcess(
-        kubeconfig=control_plane.kubeconfig,
-        node_name=name,
-        dirs=dirs,
-        plugins={"cpu": {"group_by": "socket", "policy": "packed"}},
-        profile=PROFILE,
-        instance_id="cpu",
-    )
-    try:
-        with materialize(PROFILE) as root, proc:
-            proc.wait_ready(timeout=60)
-            yield Running(name, dirs, proc, CpuTopology.from_sysfs(Path(root)))
-    finally:
-        control_plane.delete_node(name)
-        dirs.remove()
+    plugins = {"cpu": {"group_by": "socket", "policy": "packed"}}
+    with (
+        materialize(PROFILE) as root,
+        running_node(control_plane, "cpu", plugins, profile=PROFILE) as node,
+    ):
+        node.facts["topology"] = CpuTopology.from_sysfs(Path(root))
+        yield node
 
 
 @pytest.fixture(scope="module")
 def cpu_class(control_plane: ControlPlane) -> Iterator[str]:
-    name = f"cpu-e2e-{uuid.uuid4().hex[:6]}"
-    create_device_class(control_plane, name, CPU)
-    try:
-        yield name
-    finally:
-        control_plane.api("DELETE", f"{RESOURCE}/deviceclasses/{name}")
+    with device_classes(control_plane, "cpu-e2e", {"cpu": CPU}) as made:
+        yield made["cpu"]
 
 
 def run_pod(
@@ -110,48 +85,9 @@ def run_pod(
         devices["config"] = [
             {"requests": ["cpus"], "opaque": {"driver": CPU, "parameters": config}}
         ]
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": pod},
-            "spec": {"spec": {"devices": devices}},
-        },
-    )
-    cp.api(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "x.invalid/x",
-                        "resources": {"claims": [{"name": "cpu"}]},
-                    }
-                ],
-                "resourceClaims": [{"name": "cpu", "resourceClaimTemplateName": pod}],
-            },
-        },
-    )
-
-    def bound() -> dict[str, Any] | None:
-        got = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
-        statuses = got.get("status", {}).get("resourceClaimStatuses") or []
-        return got if got["spec"].get("nodeName") and statuses else None
-
-    bound_pod = wait_for(bound, timeout=60, what=f"the scheduler to bind {pod}")
-    claim_name = bound_pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    claim: dict[str, Any] = cp.api(
-        "GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim_name}"
-    )
-    return claim
+    create_claim_template(cp, namespace, pod, devices)
+    create_pod(cp, namespace, pod, node.name, template=pod, ref="cpu")
+    return bound_claim(cp, namespace, pod)
 
 
 def prepared_cpus(node: Running, claim_uid: str) -> frozenset[int]:

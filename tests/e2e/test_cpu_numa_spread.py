@@ -12,21 +12,25 @@ default in the control plane's 1.37 build).
 from __future__ import annotations
 
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.controlplane import ControlPlane, wait_for
+from tests.e2e.controlplane import ControlPlane
+from tests.e2e.nodeproc import (
+    RESOURCE,
+    create_claim,
+    create_pod,
+    device_classes,
+    pipeline_for,
+    wait_allocated,
+)
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.cpuset import parse_cpulist
 from drakit.host.inventory import build_inventory
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp, open_host
-from drakit.models import ClaimRef
-from drakit.prepare.pipeline import DriverState
 from drakit.strategy_models import SimpleRequest
 from drakit_cpu.plugin import CpuPlugin
 from drakit_cpu.strategies import NumaSpread
@@ -34,27 +38,13 @@ from drakit_cpu.strategies import NumaSpread
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DRIVER = "cpu.drakit.io"
-RESOURCE = "/apis/resource.k8s.io/v1"
 CPUS = 8
 
 
 @pytest.fixture
 def cpu_class(control_plane: ControlPlane) -> Iterator[str]:
-    name = f"e2e-cpu-{uuid.uuid4().hex[:6]}"
-    control_plane.api(
-        "POST",
-        f"{RESOURCE}/deviceclasses",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
-    )
-    try:
-        yield name
-    finally:
-        control_plane.api("DELETE", f"{RESOURCE}/deviceclasses/{name}")
+    with device_classes(control_plane, "e2e", {"cpu": DRIVER}) as made:
+        yield made["cpu"]
 
 
 @pytest.mark.parametrize(
@@ -85,44 +75,19 @@ def test_numa_spread_takes_the_widest_split(
             shaped = NumaSpread().shape(
                 SimpleRequest(name="cpus", device_class=cpu_class, count=CPUS)
             )
-            control_plane.api(
-                "POST",
-                f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaim",
-                    "metadata": {"name": "spread"},
-                    "spec": {"devices": shaped.to_api()},
-                },
+            create_claim(control_plane, namespace, "spread", {"devices": shaped.to_api()})
+            create_pod(
+                control_plane,
+                namespace,
+                "p",
+                node,
+                claim="spread",
+                ref="cpus",
+                image="registry.invalid/noop",
             )
-            control_plane.api(
-                "POST",
-                f"/api/v1/namespaces/{namespace}/pods",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": "p"},
-                    "spec": {
-                        "nodeSelector": {"kubernetes.io/hostname": node},
-                        "containers": [
-                            {
-                                "name": "c",
-                                "image": "registry.invalid/noop",
-                                "resources": {"claims": [{"name": "cpus"}]},
-                            }
-                        ],
-                        "resourceClaims": [{"name": "cpus", "resourceClaimName": "spread"}],
-                    },
-                },
+            claim = wait_allocated(
+                control_plane, namespace, "spread", what=f"claim on {profile} to be allocated"
             )
-
-            def allocated() -> dict[str, Any] | None:
-                claim = control_plane.api(
-                    "GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/spread"
-                )
-                return claim if (claim.get("status") or {}).get("allocation") else None
-
-            claim = wait_for(allocated, timeout=60, what=f"claim on {profile} to be allocated")
             results = claim["status"]["allocation"]["devices"]["results"]
             assert {r["request"] for r in results} == {f"cpus/split-{numa_nodes}"}
             assert len(results) == numa_nodes
@@ -130,23 +95,9 @@ def test_numa_spread_takes_the_widest_split(
             assert {r["consumedCapacity"]["cpu"] for r in results} == {str(CPUS // numa_nodes)}
 
             # drakit prepares what the scheduler allocated: CPUS / k CPUs on each NUMA node
-            claims = InMemoryClaims()
-            claims.add(claim)
-            state = DriverState(
-                DRIVER,
-                host,
-                claims,
-                state_dir=Path(tmp) / "state",
-                cdi_dir=Path(tmp) / "cdi",
-                boot_id="e2e",
-            )
-            try:
-                meta = claim["metadata"]
-                ref = ClaimRef(namespace=namespace, name=meta["name"], uid=meta["uid"])
+            with pipeline_for(host, DRIVER, claim, Path(tmp)) as (state, ref):
                 assert not state.prepare([ref])[ref.uid].error
                 prepared = state.prepared_claims()[ref.uid].prepared["cpu"]
-            finally:
-                state.close()
             plugin = host.backends["cpu"]
             assert isinstance(plugin, CpuPlugin)
             topo = plugin.topology
@@ -173,53 +124,18 @@ def test_full_pcpus_only_capacity_rounds_requests_to_whole_cores(
     with open_host(settings) as host:
         for obj in build_inventory(host).slices():
             control_plane.api("POST", f"{RESOURCE}/resourceslices", obj)
-    control_plane.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "three"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "cpus",
-                            "exactly": {
-                                "deviceClassName": cpu_class,
-                                "capacity": {"requests": {"cpu": "3"}},
-                            },
-                        }
-                    ]
-                }
-            },
-        },
+    exactly = {"deviceClassName": cpu_class, "capacity": {"requests": {"cpu": "3"}}}
+    spec = {"devices": {"requests": [{"name": "cpus", "exactly": exactly}]}}
+    create_claim(control_plane, namespace, "three", spec)
+    create_pod(
+        control_plane,
+        namespace,
+        "p",
+        node,
+        claim="three",
+        ref="cpus",
+        image="registry.invalid/noop",
     )
-    control_plane.api(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "p"},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "registry.invalid/noop",
-                        "resources": {"claims": [{"name": "cpus"}]},
-                    }
-                ],
-                "resourceClaims": [{"name": "cpus", "resourceClaimName": "three"}],
-            },
-        },
-    )
-
-    def allocated() -> dict[str, Any] | None:
-        claim = control_plane.api("GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/three")
-        return claim if (claim.get("status") or {}).get("allocation") else None
-
-    claim = wait_for(allocated, timeout=60, what="claim 'three' to be allocated")
+    claim = wait_allocated(control_plane, namespace, "three", what="claim 'three' to be allocated")
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert result["consumedCapacity"] == {"cpu": "4"}

@@ -38,11 +38,7 @@ def cluster(control_plane: ControlPlane) -> Iterator[tuple[ControlPlane, str, st
     run = uuid.uuid4().hex[:6]
     node, ns = f"explain-{run}", f"team-{run}"
     control_plane.create_node(node)
-    control_plane.api(
-        "POST",
-        "/api/v1/namespaces",
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-    )
+    control_plane.create_namespace(ns)
     classes = []
     for s in _docs("slices.yaml", node):
         s["metadata"]["name"] += f"-{run}"

@@ -22,13 +22,22 @@ import shutil
 import tempfile
 import uuid as uuidlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
-from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, create_device_class, kubelet_flags
+from tests.e2e.nodeproc import (
+    RESOURCE,
+    NodeDirs,
+    NodeProcess,
+    Running,
+    create_claim,
+    create_pod,
+    device_classes,
+    kubelet_flags,
+    running_node,
+)
 
 from drakit.sim import SysfsBuilder, fast_tmp, get_profile
 from drakit_nvidia_gpu.sim import inject_xid, load_nvml_description, mig_instances, with_mig_enabled
@@ -39,43 +48,29 @@ GPU = "gpu.nvidia.drakit.io"
 AMD = "gpu.amd.drakit.io"
 
 
-@dataclass
-class Running:
-    name: str
-    dirs: NodeDirs
-    proc: NodeProcess
-    root: Path
-    gpu0: str
-    device_class: str
-
-
 @pytest.fixture(scope="module")
 def gpu_node(control_plane: ControlPlane) -> Iterator[Running]:
     spec = with_mig_enabled(get_profile("dgx-h100"), {0})
     root = Path(tempfile.mkdtemp(prefix="dk-gpu-", dir=fast_tmp()))
     SysfsBuilder(spec).build(root)
     nvml = load_nvml_description(root)
-    name = f"gpu-{uuidlib.uuid4().hex[:6]}"
-    control_plane.create_node(name)
-    dirs = NodeDirs.create("dk-gpu-")
-    device_class = f"e2e-gpu-{uuidlib.uuid4().hex[:6]}"
-    create_device_class(control_plane, device_class, GPU)
-    proc = NodeProcess(
-        kubeconfig=control_plane.kubeconfig,
-        node_name=name,
-        dirs=dirs,
-        plugins={"nvidia_gpu": {"health_clear_after": 4}},
-        sysfs_root=root,
-        instance_id="gpu",
-        settings={"health": {"interval": 1}},
-    )
+    plugins = {"nvidia_gpu": {"health_clear_after": 4}}
     try:
-        with proc:
-            yield Running(name, dirs, proc, root, nvml.devices[0].uuid, device_class)
+        with (
+            device_classes(control_plane, "e2e", {"gpu": GPU}) as classes,
+            running_node(
+                control_plane,
+                "gpu",
+                plugins,
+                sysfs_root=root,
+                settings={"health": {"interval": 1}},
+                ready_timeout=None,
+                classes=classes,
+            ) as node,
+        ):
+            node.facts["gpu0"] = nvml.devices[0].uuid
+            yield node
     finally:
-        control_plane.api("DELETE", f"{RESOURCE}/deviceclasses/{device_class}")
-        control_plane.delete_node(name)
-        dirs.remove()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -97,39 +92,12 @@ def _claim(cp: ControlPlane, ns: str, name: str, cls: str, cel: str, config: Any
         spec["devices"]["config"] = [
             {"requests": ["gpu"], "opaque": {"driver": GPU, "parameters": config}}
         ]
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": spec,
-        },
-    )
+    create_claim(cp, ns, name, spec)
 
 
 def _pod(cp: ControlPlane, ns: str, name: str, node: str, claim: str, containers: int = 1) -> None:
-    cp.api(
-        "POST",
-        f"/api/v1/namespaces/{ns}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [
-                    {
-                        "name": f"c{i}",
-                        "image": "x.invalid/x",
-                        "resources": {"claims": [{"name": "g"}]},
-                    }
-                    for i in range(containers)
-                ],
-                "resourceClaims": [{"name": "g", "resourceClaimName": claim}],
-            },
-        },
+    create_pod(
+        cp, ns, name, node, claim=claim, ref="g", containers=[f"c{i}" for i in range(containers)]
     )
 
 
@@ -175,13 +143,17 @@ def test_full_gpu_and_a_mig_slice_of_it_are_never_both_allocated(
     assert "gpu-0-mig-7g80gb-0-0" in published
     attr = f'device.attributes["{GPU}"]'
     _claim(
-        cp, namespace, "full", n.device_class, f'{attr}.type == "gpu" && {attr}.uuid == "{n.gpu0}"'
+        cp,
+        namespace,
+        "full",
+        n.classes["gpu"],
+        f'{attr}.type == "gpu" && {attr}.uuid == "{n.gpu0}"',
     )
     _claim(
         cp,
         namespace,
         "slice",
-        n.device_class,
+        n.classes["gpu"],
         f'{attr}.type == "mig" && {attr}.parentUUID == "{n.gpu0}" && {attr}.profile == "1g.10gb"',
     )
     _pod(cp, namespace, "full", n.name, "full")
@@ -242,7 +214,7 @@ def test_a_time_sliced_claim_shared_by_two_pods_is_prepared_once(
         cp,
         namespace,
         "shared",
-        n.device_class,
+        n.classes["gpu"],
         f'{attr}.type == "gpu" && {attr}.uuid == "{uuid3}"',
         config,
     )

@@ -21,7 +21,15 @@ from typing import Any
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
-from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, create_device_class, kubelet_flags
+from tests.e2e.nodeproc import (
+    RESOURCE,
+    NodeDirs,
+    NodeProcess,
+    create_claim,
+    create_device_class,
+    create_pod,
+    kubelet_flags,
+)
 
 from drakit.sim import SysfsBuilder, fast_tmp, get_profile
 from drakit_nvidia_gpu.sim import load_nvml_description, mig_instances, with_mig_enabled
@@ -74,44 +82,9 @@ def _node(
 def _pod_with_mig_claim(cp: ControlPlane, ns: str, t: Tree) -> dict[str, Any]:
     attr = f'device.attributes["{GPU}"]'
     cel = f'{attr}.type == "mig" && {attr}.parentUUID == "{t.gpu0}" && {attr}.profile == "2g.20gb"'
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "mig"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": t.device_class,
-                                "selectors": [{"cel": {"expression": cel}}],
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-    )
-    cp.api(
-        "POST",
-        f"/api/v1/namespaces/{ns}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "p"},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": t.name},
-                "containers": [
-                    {"name": "c", "image": "x.invalid/x", "resources": {"claims": [{"name": "g"}]}}
-                ],
-                "resourceClaims": [{"name": "g", "resourceClaimName": "mig"}],
-            },
-        },
-    )
+    exactly = {"deviceClassName": t.device_class, "selectors": [{"cel": {"expression": cel}}]}
+    create_claim(cp, ns, "mig", {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}})
+    create_pod(cp, ns, "p", t.name, claim="mig", ref="g")
 
     def bound() -> dict[str, Any] | None:
         pod = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/p")

@@ -27,7 +27,9 @@ from tests.e2e.nodeproc import (
     RESOURCE,
     NodeDirs,
     NodeProcess,
+    create_claim_template,
     create_device_class,
+    create_pod,
     kubelet_flags,
 )
 
@@ -100,26 +102,7 @@ def _cdi_ids(result: StandInResult) -> list[str]:
 
 def _pod(cp: ControlPlane, namespace: str, name: str, node: str) -> str:
     """Create a pod with a GPU + 2-CPU template claim on ``node``; return its claim's UID."""
-    cp.api(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "x.invalid/x",
-                        "resources": {"claims": [{"name": "d"}]},
-                    }
-                ],
-                "resourceClaims": [{"name": "d", "resourceClaimTemplateName": "gpu-and-cpus"}],
-            },
-        },
-    )
+    create_pod(cp, namespace, name, node, template="gpu-and-cpus", ref="d", containers=("main",))
 
     def claim_uid() -> str | None:
         pod = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
@@ -148,40 +131,24 @@ def crashing(
     node, namespace = f"crash-{suffix}", f"e2e-crash-{suffix}"
     classes = {CPU: f"crash-cpu-{suffix}", GPU: f"crash-gpu-{suffix}"}
     cp.create_node(node)
-    cp.api(
-        "POST",
-        "/api/v1/namespaces",
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-    )
+    cp.create_namespace(namespace)
     dirs = NodeDirs.create("dk-crash-")
     try:
         for driver, cls in classes.items():
             create_device_class(cp, cls, driver)
-        cp.api(
-            "POST",
-            f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "gpu-and-cpus"},
-                "spec": {
-                    "spec": {
-                        "devices": {
-                            "requests": [
-                                {"name": "gpu", "exactly": {"deviceClassName": classes[GPU]}},
-                                {
-                                    "name": "cpus",
-                                    "exactly": {
-                                        "deviceClassName": classes[CPU],
-                                        "capacity": {"requests": {"cpu": "2"}},
-                                    },
-                                },
-                            ]
-                        }
-                    }
+        gpu_and_cpus = {
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": classes[GPU]}},
+                {
+                    "name": "cpus",
+                    "exactly": {
+                        "deviceClassName": classes[CPU],
+                        "capacity": {"requests": {"cpu": "2"}},
+                    },
                 },
-            },
-        )
+            ]
+        }
+        create_claim_template(cp, namespace, "gpu-and-cpus", gpu_and_cpus)
         env = Crashing(
             cp=cp,
             standin=kubelet_standin,
@@ -214,12 +181,7 @@ def crashing(
             assert env.claim_state(victim_uid) == {"phases": {CPU: None, GPU: None}, "cdi": []}
         yield env
     finally:
-        cp.api(
-            "DELETE",
-            f"/api/v1/namespaces/{namespace}/pods",
-            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-        )
-        cp.api("DELETE", f"/api/v1/namespaces/{namespace}")
+        cp.delete_namespace(namespace)
         for cls in classes.values():
             cp.api("DELETE", f"{RESOURCE}/deviceclasses/{cls}")
         cp.delete_node(node)

@@ -19,7 +19,6 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,11 @@ from tests.e2e.nodeproc import (
     NodeDirs,
     NodeProcess,
     Proxy,
+    Running,
     allocated_claim,
-    create_device_class,
+    device_classes,
     kubeconfig_via,
+    running_node,
 )
 
 pytestmark = pytest.mark.e2e
@@ -42,49 +43,22 @@ PROFILE = "h200-8gpu-8ainic"
 CPU, GPU = DRIVERS["cpu"], DRIVERS["nvidia_gpu"]
 
 
-@dataclass
-class Running:
-    """A node with its process and a DeviceClass for its CPUs."""
-
-    name: str
-    dirs: NodeDirs
-    proc: NodeProcess
-    cpu_class: str
-
-
 @pytest.fixture(scope="module")
 def cpu_class(control_plane: ControlPlane) -> Iterator[str]:
-    name = f"faults-cpu-{uuid.uuid4().hex[:6]}"
-    create_device_class(control_plane, name, CPU)
-    try:
-        yield name
-    finally:
-        control_plane.api("DELETE", f"{RESOURCE}/deviceclasses/{name}")
+    with device_classes(control_plane, "faults", {"cpu": CPU}) as made:
+        yield made["cpu"]
 
 
 @pytest.fixture(scope="module")
 def node(
     control_plane: ControlPlane, profile_root: Callable[[str], Path], cpu_class: str
 ) -> Iterator[Running]:
-    name = f"faults-{uuid.uuid4().hex[:6]}"
-    control_plane.create_node(name)
-    dirs = NodeDirs.create("dk-faults-")
-    proc = NodeProcess(
-        kubeconfig=control_plane.kubeconfig,
-        node_name=name,
-        dirs=dirs,
-        plugins={"cpu": {}, "nvidia_gpu": {}},
-        sysfs_root=profile_root(PROFILE),
-        instance_id="faults",
-    )
-    try:
-        with proc:
-            proc.wait_ready(timeout=60)
-            yield Running(name, dirs, proc, cpu_class)
-            assert proc.returncode is None, proc.log_tail()
-    finally:
-        control_plane.delete_node(name)
-        dirs.remove()
+    plugins: dict[str, dict[str, Any]] = {"cpu": {}, "nvidia_gpu": {}}
+    root = profile_root(PROFILE)
+    with running_node(control_plane, "faults", plugins, sysfs_root=root) as node:
+        node.classes["cpu"] = cpu_class
+        yield node
+        assert node.proc.returncode is None, node.proc.log_tail()
 
 
 def slices_of(cp: ControlPlane, node: str) -> dict[str, dict[str, Any]]:
@@ -210,7 +184,7 @@ def test_bad_claims_fail_alone_with_claim_request_and_field(
     uids: dict[str, str] = {}
     for name, (result, config, _) in cases.items():
         claim = allocated_claim(
-            cp, namespace, name, [result], device_class=node.cpu_class, config=config
+            cp, namespace, name, [result], device_class=node.classes["cpu"], config=config
         )
         uids[name] = claim["metadata"]["uid"]
 
@@ -221,7 +195,7 @@ def test_bad_claims_fail_alone_with_claim_request_and_field(
             namespace,
             "oversized",
             [cpu_result(n)],
-            device_class=node.cpu_class,
+            device_class=node.classes["cpu"],
             config=cpu_config({**cfg, "padding": "x" * (10 * 1024 + 1)}),
         )
 

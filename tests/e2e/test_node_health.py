@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,11 +23,13 @@ from tests.e2e.nodeproc import (
     DRIVERS,
     RESOURCE,
     NodeDirs,
-    NodeProcess,
     Proxy,
+    Running,
     allocated_claim,
     create_device_class,
     kubeconfig_via,
+    published,
+    running_node,
 )
 
 pytestmark = pytest.mark.e2e
@@ -37,54 +38,33 @@ PROFILE = "h200-8gpu-8ainic"
 CPU = DRIVERS["cpu"]
 
 
-@dataclass
-class Running:
-    """The module's node, the proxy in front of its API server, and what /readyz said."""
-
-    name: str
-    dirs: NodeDirs
-    proc: NodeProcess
-    readyz: list[tuple[int, str]]
-
-
 @pytest.fixture(scope="module")
 def node(control_plane: ControlPlane, profile_root: Callable[[str], Path]) -> Iterator[Running]:
     cp = control_plane
-    name = f"health-{uuid.uuid4().hex[:6]}"
-    cp.create_node(name)
     dirs = NodeDirs.create("dk-health-")
     proxy = Proxy(("127.0.0.1", cp.api_port))
     proxy.start()
-    proc = NodeProcess(
-        kubeconfig=kubeconfig_via(cp, proxy.port, dirs.root / "kubeconfig"),
-        node_name=name,
-        dirs=dirs,
-        plugins={p: {} for p in DRIVERS},
-        sysfs_root=profile_root(PROFILE),
-        instance_id="health",
-    )
     try:
-        with proxy.slowed(0.5), proc:  # each API reply takes >= 0.5 s while starting
-            seen = [proc.http("/readyz")]
-            proc.wait_ready(timeout=90)
-            seen.append(proc.http("/readyz"))
+        with (
+            proxy.slowed(0.5),  # each API reply takes >= 0.5 s while starting
+            running_node(
+                cp,
+                "health",
+                {p: {} for p in DRIVERS},
+                sysfs_root=profile_root(PROFILE),
+                kubeconfig=kubeconfig_via(cp, proxy.port, dirs.root / "kubeconfig"),
+                dirs=dirs,
+                ready_timeout=None,
+            ) as node,
+        ):
+            seen = [node.proc.http("/readyz")]
+            node.proc.wait_ready(timeout=90)
+            seen.append(node.proc.http("/readyz"))
             proxy.delay = 0.0
-            yield Running(name, dirs, proc, seen)
+            node.facts["readyz"] = seen
+            yield node
     finally:
         proxy.stop()
-        cp.delete_node(name)
-        dirs.remove()
-
-
-def published(cp: ControlPlane, node: str) -> dict[str, set[str]]:
-    """Driver -> device names in the node's ResourceSlices."""
-    items = cp.api("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node}")["items"]
-    out: dict[str, set[str]] = {}
-    for s in items:
-        out.setdefault(s["spec"]["driver"], set()).update(
-            d["name"] for d in s["spec"].get("devices", [])
-        )
-    return out
 
 
 def samples(text: str) -> dict[str, float]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -24,11 +23,13 @@ from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
 from tests.e2e.nodeproc import (
     DRIVERS,
     RESOURCE,
-    NodeDirs,
-    NodeProcess,
+    Running,
     allocated_claim,
-    create_device_class,
+    create_claim_template,
+    device_classes,
     kubelet_flags,
+    published,
+    running_node,
 )
 
 from drakit.host.inventory import build_inventory
@@ -45,59 +46,17 @@ PLUGINS: dict[str, dict[str, Any]] = {name: {} for name in SMOKE}
 CPU, GPU, NIC = (SMOKE[n] for n in ("cpu", "nvidia_gpu", "amd_ainic"))
 
 
-@dataclass
-class Running:
-    """The module's node: its name, directories and process."""
-
-    name: str
-    dirs: NodeDirs
-    proc: NodeProcess
-
-
 @pytest.fixture(scope="module")
 def node(control_plane: ControlPlane) -> Iterator[Running]:
-    name = f"smoke-{uuid.uuid4().hex[:6]}"
-    control_plane.create_node(name)
-    dirs = NodeDirs.create("dk-smoke-")
-    proc = NodeProcess(
-        kubeconfig=control_plane.kubeconfig,
-        node_name=name,
-        dirs=dirs,
-        plugins=PLUGINS,
-        profile=PROFILE,
-        instance_id="smoke",
-    )
-    try:
-        with proc:
-            yield Running(name, dirs, proc)
-    finally:
-        control_plane.delete_node(name)
-        dirs.remove()
+    with running_node(control_plane, "smoke", PLUGINS, profile=PROFILE, ready_timeout=None) as node:
+        yield node
 
 
 @pytest.fixture(scope="module")
 def classes(control_plane: ControlPlane) -> Iterator[dict[str, str]]:
     """One DeviceClass per driver: backend name -> class name."""
-    suffix = uuid.uuid4().hex[:6]
-    made = {backend: f"smoke-{backend.replace('_', '-')}-{suffix}" for backend in SMOKE}
-    for backend, cls in made.items():
-        create_device_class(control_plane, cls, SMOKE[backend])
-    try:
+    with device_classes(control_plane, "smoke", SMOKE) as made:
         yield made
-    finally:
-        for cls in made.values():
-            control_plane.api("DELETE", f"{RESOURCE}/deviceclasses/{cls}")
-
-
-def published(cp: ControlPlane, node: str) -> dict[str, set[str]]:
-    """Driver -> device names in the node's ResourceSlices."""
-    items = cp.api("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node}")["items"]
-    out: dict[str, set[str]] = {}
-    for s in items:
-        out.setdefault(s["spec"]["driver"], set()).update(
-            d["name"] for d in s["spec"].get("devices", [])
-        )
-    return out
 
 
 def test_slices_for_all_three_drivers_equal_discovery(
@@ -127,32 +86,20 @@ def test_pod_is_prepared_and_released_through_the_kubelets_dra_manager(  # noqa:
     namespace: str,
 ) -> None:
     cp = control_plane
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "train"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {"name": "gpu", "exactly": {"deviceClassName": classes["nvidia_gpu"]}},
-                            {"name": "nic", "exactly": {"deviceClassName": classes["amd_ainic"]}},
-                            {
-                                "name": "cpus",
-                                "exactly": {
-                                    "deviceClassName": classes["cpu"],
-                                    "capacity": {"requests": {"cpu": "4"}},
-                                },
-                            },
-                        ]
-                    }
-                }
+    train = {
+        "requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": classes["nvidia_gpu"]}},
+            {"name": "nic", "exactly": {"deviceClassName": classes["amd_ainic"]}},
+            {
+                "name": "cpus",
+                "exactly": {
+                    "deviceClassName": classes["cpu"],
+                    "capacity": {"requests": {"cpu": "4"}},
+                },
             },
-        },
-    )
+        ]
+    }
+    create_claim_template(cp, namespace, "train", train)
     cp.api(
         "POST",
         f"/api/v1/namespaces/{namespace}/pods",

@@ -17,9 +17,6 @@ scheduler allocates it (or does not):
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,6 +25,7 @@ from typing import Any
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
+from tests.e2e.nodeproc import drakit_device_classes
 from tests.e2e.webhookproc import WebhookProcess, make_certificates, webhook_configurations
 
 from drakit.host.inventory import build_inventory
@@ -71,27 +69,8 @@ def webhook(control_plane: ControlPlane) -> Iterator[WebhookProcess]:
 @pytest.fixture(scope="module")
 def classes(control_plane: ControlPlane, webhook: WebhookProcess) -> Iterator[list[str]]:
     """``drakit deviceclasses -o json`` for the default backends, applied."""
-    out = subprocess.run(
-        [str(Path(sys.executable).with_name("drakit")), "deviceclasses", "-o", "json"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    items = json.loads(out.stdout)["items"]
-    created = []
-    for obj in items:
-        try:
-            control_plane.api("POST", f"{RESOURCE}/deviceclasses", obj)
-            created.append(obj["metadata"]["name"])
-        except ControlPlaneError as e:
-            if "409" not in str(e):
-                raise
-    try:
+    with drakit_device_classes(control_plane) as items:
         yield [o["metadata"]["name"] for o in items]
-    finally:
-        for name in created:
-            control_plane.api("DELETE", f"{RESOURCE}/deviceclasses/{name}")
 
 
 def h200_node(control_plane: ControlPlane, fake_node: Callable[..., dict[str, Any]]) -> str:

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -23,19 +22,23 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
+from tests.e2e.controlplane import ControlPlane, wait_for
+from tests.e2e.nodeproc import (
+    RESOURCE,
+    create_claim,
+    create_pod,
+    drakit_device_classes,
+    pipeline_for,
+    wait_allocated,
+)
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.host.inventory import build_inventory
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import default_sections, fast_tmp, open_host
-from drakit.models import ClaimRef
-from drakit.prepare.pipeline import DriverState
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PROFILE = "h200-8gpu-8ainic"
-RESOURCE = "/apis/resource.k8s.io/v1"
 PLUGINS = ["cpu", "nvidia_gpu", "amd_ainic", "composite"]
 PAIRS = "pairs.composite.drakit.io"
 NUMA = "resource.kubernetes.io/numaNode"
@@ -50,20 +53,8 @@ def drakit(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def classes(control_plane: ControlPlane) -> Iterator[dict[str, dict[str, Any]]]:
-    items = json.loads(drakit("deviceclasses", "-o", "json"))["items"]
-    created = []
-    for obj in items:
-        try:
-            control_plane.api("POST", f"{RESOURCE}/deviceclasses", obj)
-            created.append(obj["metadata"]["name"])
-        except ControlPlaneError as e:
-            if "409" not in str(e):
-                raise
-    try:
+    with drakit_device_classes(control_plane) as items:
         yield {o["metadata"]["name"]: o for o in items}
-    finally:
-        for name in created:
-            control_plane.api("DELETE", f"{RESOURCE}/deviceclasses/{name}")
 
 
 def publish(control_plane: ControlPlane, node: str) -> dict[str, int]:
@@ -153,23 +144,9 @@ def test_extended_resource_pod_gets_pairs_of_its_numa_node_and_is_prepared(
         )
         with open_host(settings) as host:
             host.discover()
-            source = InMemoryClaims()
-            source.add(claim)
-            state = DriverState(
-                PAIRS,
-                host,
-                source,
-                state_dir=Path(tmp) / "state",
-                cdi_dir=Path(tmp) / "cdi",
-                boot_id="e2e",
-            )
-            try:
-                meta = claim["metadata"]
-                ref = ClaimRef(namespace=namespace, name=meta["name"], uid=meta["uid"])
+            with pipeline_for(host, PAIRS, claim, Path(tmp)) as (state, ref):
                 assert not state.prepare([ref])[ref.uid].error
                 prepared = state.prepared_claims()[ref.uid].prepared["composite"]
-            finally:
-                state.close()
     assert sorted(p.device for p in prepared) == sorted(r["device"] for r in results)
     for p in prepared:
         tag = p.device.upper().replace("-", "_")
@@ -189,42 +166,17 @@ def test_distributed_shape_degrades_unless_required(
     args = ["shape", "--strategy", "distributed", "--class", "gpu-nic-pair", "--count", "4"]
     shaped = yaml.safe_load(drakit(*args, *(["--required"] if required else [])))
     name = f"spread-{uuid.uuid4().hex[:4]}"
-    control_plane.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": shaped,
-        },
+    create_claim(control_plane, namespace, name, shaped)
+    create_pod(
+        control_plane, namespace, "p", node, claim=name, ref="d", image="registry.invalid/noop"
     )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.invalid/noop",
-                    "resources": {"claims": [{"name": "d"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "d", "resourceClaimName": name}],
-        },
-    }
-    control_plane.api("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
     claim_path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}"
     pod_path = f"/api/v1/namespaces/{namespace}/pods/p"
     if not required:
-
-        def allocated() -> list[dict[str, Any]] | None:
-            alloc = (control_plane.api("GET", claim_path).get("status") or {}).get("allocation")
-            return alloc["devices"]["results"] if alloc else None
-
-        results = wait_for(allocated, timeout=60, what="the distributed claim to be allocated")
+        claim = wait_allocated(
+            control_plane, namespace, name, what="the distributed claim to be allocated"
+        )
+        results = claim["status"]["allocation"]["devices"]["results"]
         assert len(results) == 4
         assert {r["request"] for r in results} == {"devices/any"}
         return

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.cpuset import parse_cpulist
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
@@ -26,6 +25,7 @@ from drakit.host.settings import DrakitSettings
 from drakit.host.startup import fast_tmp, open_host
 from drakit.models import ClaimPrepareResult, ClaimRef
 from drakit.prepare.pipeline import DriverState
+from drakit.testing import ClaimStore
 from drakit_cpu.plugin import CPU_CONFIG_API_VERSION, CpuPlugin
 from drakit_cpu.topology import CpuTopology
 
@@ -36,7 +36,7 @@ NODE = "node-a"
 @dataclass
 class CpuNode:
     state: DriverState
-    claims: InMemoryClaims
+    claims: ClaimStore
     host: PluginHost
     cdi_dir: Path
 
@@ -114,7 +114,7 @@ def cpu_node(profile: str, **cpu: Any) -> Iterator[CpuNode]:
         )
         with open_host(settings) as host:
             build_inventory(host)
-            claims = InMemoryClaims()
+            claims = ClaimStore()
             state = DriverState(
                 DRIVER, host, claims, state_dir=root / "state", cdi_dir=root / "cdi", boot_id="b1"
             )

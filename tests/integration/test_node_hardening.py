@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.claims import NODE, claim, make_state
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.cpuset import parse_cpulist
 from drakit.errors import PermanentError
 from drakit.host.inventory import build_inventory
@@ -38,67 +38,11 @@ from drakit.kubelet.client import KubeletClient
 from drakit.models import AllocatedDevice, ClaimInfo, ClaimRef, ClaimUnprepareResult
 from drakit.prepare.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
 from drakit.prepare.pipeline import DriverState
+from drakit.testing import ClaimStore
 
 GPU = "gpu.nvidia.drakit.io"
 CPU = "cpu.drakit.io"
 AINIC = "ainic.amd.drakit.io"
-NODE = "node-a"
-
-
-@pytest.fixture(scope="module")
-def host() -> Iterator[PluginHost]:
-    settings = DrakitSettings(
-        profile="h200-8gpu-8ainic",
-        node_name=NODE,
-        plugins={"cpu": {"reserved": "0-1"}, "nvidia_gpu": {}, "amd_ainic": {}},
-    )
-    with open_host(settings) as h:
-        build_inventory(h)
-        yield h
-
-
-@pytest.fixture
-def claims() -> InMemoryClaims:
-    return InMemoryClaims()
-
-
-def make_state(
-    host: PluginHost,
-    claims: InMemoryClaims,
-    root: Path,
-    driver: str = GPU,
-    repairs: list[tuple[str, int]] | None = None,
-) -> DriverState:
-    def on_repair(reason: str, _msg: str, n: int) -> None:
-        if repairs is not None:
-            repairs.append((reason, n))
-
-    return DriverState(
-        driver,
-        host,
-        claims,
-        state_dir=root / "state",
-        cdi_dir=root / "cdi",
-        boot_id="boot-1",
-        on_repair=on_repair,
-    )
-
-
-def claim(
-    claims: InMemoryClaims,
-    results: list[dict[str, Any]],
-    config: list[dict[str, Any]] | None = None,
-    name: str | None = None,
-) -> ClaimRef:
-    uid = str(uuid.uuid4())
-    name = name or f"c-{uid[:8]}"
-    claims.add(
-        {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
-        }
-    )
-    return ClaimRef(namespace="ns", name=name, uid=uid)
 
 
 def gpu(device: str) -> dict[str, Any]:
@@ -134,7 +78,7 @@ def deep(levels: int) -> dict[str, Any]:
 
 
 def test_corrupt_checkpoint_never_hands_out_a_held_exclusive_gpu(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     repairs: list[tuple[str, int]] = []
     state = make_state(host, claims, tmp_path, repairs=repairs)
@@ -157,7 +101,7 @@ def test_corrupt_checkpoint_never_hands_out_a_held_exclusive_gpu(
 
 
 def test_lost_checkpoint_refuses_shared_cpus_of_running_claims_retryably(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, driver=CPU)
     running = claim(claims, [cpus(4, "cpu-numa-0")])
@@ -175,7 +119,7 @@ def test_lost_checkpoint_refuses_shared_cpus_of_running_claims_retryably(
 
 
 def test_unattributable_spec_refuses_every_prepare_until_unprepared(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     held = claim(claims, [gpu("gpu-0")])
@@ -225,7 +169,7 @@ PLANTS: dict[str, Callable[[Path], None]] = {
 
 @pytest.mark.parametrize("kind", sorted(PLANTS))
 def test_every_kind_of_damage_is_quarantined_without_blocking(
-    kind: str, host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    kind: str, host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     if kind == "device" and os.geteuid() != 0:
         pytest.skip("creating a device node needs root")
@@ -257,7 +201,7 @@ def test_every_kind_of_damage_is_quarantined_without_blocking(
 
 
 def test_every_quarantined_copy_is_kept(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     for i in range(3):  # three quarantines within the same second
@@ -342,7 +286,7 @@ def test_checkpoint_with_floats_and_non_ascii_text_loads_and_saves_again(tmp_pat
 
 
 def test_store_reads_the_file_once_and_writes_once_per_phase(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     refs = [claim(claims, [gpu(f"gpu-{i}")]) for i in range(4)]
@@ -369,7 +313,7 @@ def nic_config(**fields: Any) -> list[dict[str, Any]]:
 
 
 def test_one_write_per_prepare_even_for_a_backend_that_changes_the_node(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, driver=AINIC)
     plain = claim(claims, [nic("ainic-0")])
@@ -401,7 +345,7 @@ def test_an_unprepare_without_a_record_reaches_the_backends(tmp_path: Path) -> N
     )
     with open_host(settings) as vf_host:
         build_inventory(vf_host)
-        claims = InMemoryClaims()
+        claims = ClaimStore()
         state = make_state(vf_host, claims, tmp_path, driver=AINIC)
         ref = claim(claims, [nic("ainic-1-vf-0")])
         device = AllocatedDevice(request="nic", driver=AINIC, pool=NODE, device="ainic-1-vf-0")
@@ -417,7 +361,7 @@ def test_an_unprepare_without_a_record_reaches_the_backends(tmp_path: Path) -> N
 
 
 def test_deeply_nested_opaque_config_fails_its_claim_only(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, driver=CPU)
     bad = claim(
@@ -437,7 +381,7 @@ def test_deeply_nested_opaque_config_fails_its_claim_only(
 
 
 def test_one_bad_claim_in_a_batch_of_100_leaves_99_prepared(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, driver=CPU)
     refs = [claim(claims, [cpus(1, f"cpu-numa-{i % 2}")]) for i in range(99)]
@@ -460,7 +404,7 @@ def test_one_bad_claim_in_a_batch_of_100_leaves_99_prepared(
 
 
 def test_malformed_uids_fail_alone_and_never_leave_the_cdi_dir(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     victim = tmp_path / "victim.json"
@@ -482,7 +426,7 @@ def test_malformed_uids_fail_alone_and_never_leave_the_cdi_dir(
 
 
 def test_bad_names_and_oversized_fields_fail_alone(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     good = claim(claims, [gpu("gpu-2")])
@@ -499,7 +443,7 @@ def test_bad_names_and_oversized_fields_fail_alone(
 
 
 def test_driver_name_with_traversal_is_refused_before_creating_anything(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     with pytest.raises(PermanentError, match="not a lower-case DNS subdomain"):
         DriverState(
@@ -534,7 +478,7 @@ def tmpfs(path: Path, options: str) -> Iterator[Path]:
 
 @pytest.mark.skipif(shutil.which("mount") is None or os.geteuid() != 0, reason="needs mount")
 def test_full_and_read_only_cdi_dirs_are_named_and_retryable(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     with tmpfs(tmp_path / "cdi", "size=64k") as cdi:
         state = make_state(host, claims, tmp_path)
@@ -557,7 +501,7 @@ def test_full_and_read_only_cdi_dirs_are_named_and_retryable(
 
 
 def test_planted_links_are_never_followed(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -584,7 +528,7 @@ def test_planted_links_are_never_followed(
 
 
 def test_a_removed_or_replaced_lock_file_is_locked_at_its_path_again(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     import fcntl
 
@@ -604,7 +548,7 @@ def test_a_removed_or_replaced_lock_file_is_locked_at_its_path_again(
 
 
 def test_state_dir_that_is_a_link_is_refused(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -619,7 +563,7 @@ def test_state_dir_that_is_a_link_is_refused(
 
 
 def test_nothing_drakit_creates_is_writable_by_others_under_umask_000(
-    host: PluginHost, claims: InMemoryClaims
+    host: PluginHost, claims: ClaimStore
 ) -> None:
     root = Path(tempfile.mkdtemp(prefix="dku", dir="/tmp"))  # short: socket paths
     (root / "kubelet" / "plugins_registry").mkdir(parents=True)
@@ -664,7 +608,7 @@ def test_nothing_drakit_creates_is_writable_by_others_under_umask_000(
 # --- 8. the attack replayed over the real socket ------------------------------------------------
 
 
-def test_scripted_attack_over_the_real_socket(host: PluginHost, claims: InMemoryClaims) -> None:
+def test_scripted_attack_over_the_real_socket(host: PluginHost, claims: ClaimStore) -> None:
     root = Path(tempfile.mkdtemp(prefix="dka", dir="/tmp"))
     (root / "kubelet" / "plugins_registry").mkdir(parents=True)
     outside = root / "outside.json"
@@ -734,7 +678,7 @@ def test_fs_error_helper_names_errno() -> None:
 
 
 def test_a_cdi_dir_configured_as_a_link_is_used(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     """The operator's CDI directory may be a link (``/var/run/cdi`` on some hosts)."""
     real = tmp_path / "run-cdi"

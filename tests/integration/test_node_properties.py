@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
@@ -30,6 +29,7 @@ from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.prepare.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
 from drakit.prepare.pipeline import DriverState
+from drakit.testing import ClaimStore
 
 GPU = "gpu.nvidia.drakit.io"
 NODE = "node-a"
@@ -121,7 +121,7 @@ def host() -> Iterator[PluginHost]:
 def test_claims_as_delivered_fail_alone(host: PluginHost, allocation: Any) -> None:
     root = Path(tempfile.mkdtemp(prefix="dkp-"))
     try:
-        claims = InMemoryClaims()
+        claims = ClaimStore()
         state = DriverState(
             GPU, host, claims, state_dir=root / "s", cdi_dir=root / "c", boot_id="b"
         )

@@ -1,7 +1,7 @@
 """The prepare/unprepare pipeline on simulated hardware, with claims from an in-memory source.
 
 These run the real DriverState, PluginHost, backends, checkpoint and CDI writer; only the API
-server is replaced (by drakit.commands.demo.InMemoryClaims). The same behaviour against the real
+server is replaced (by drakit.testing.ClaimStore). The same behaviour against the real
 control plane and the kubelet stand-in is in tests/e2e.
 """
 
@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.claims import NODE, claim, make_state
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
@@ -24,61 +23,10 @@ from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.prepare.checkpoint import ClaimPhase
 from drakit.prepare.pipeline import MAX_OPAQUE_BYTES, DriverState
+from drakit.testing import ClaimStore
 
 GPU = "gpu.nvidia.drakit.io"
 CPU = "cpu.drakit.io"
-NODE = "node-a"
-
-
-@pytest.fixture(scope="module")
-def host() -> Iterator[PluginHost]:
-    settings = DrakitSettings(
-        profile="h200-8gpu-8ainic",
-        node_name=NODE,
-        plugins={"cpu": {"reserved": "0-1"}, "nvidia_gpu": {}, "amd_ainic": {}},
-    )
-    with open_host(settings) as h:
-        build_inventory(h)  # the profile discovers (each DriverState keeps its own Inventory)
-        yield h
-
-
-@pytest.fixture
-def claims() -> InMemoryClaims:
-    return InMemoryClaims()
-
-
-def make_state(
-    host: PluginHost,
-    claims: InMemoryClaims,
-    tmp_path: Path,
-    driver: str = GPU,
-    boot_id: str = "boot-1",
-) -> DriverState:
-    return DriverState(
-        driver,
-        host,
-        claims,
-        state_dir=tmp_path / "state",
-        cdi_dir=tmp_path / "cdi",
-        boot_id=boot_id,
-    )
-
-
-def claim(
-    claims: InMemoryClaims,
-    results: list[dict[str, Any]],
-    config: list[dict[str, Any]] | None = None,
-    name: str | None = None,
-) -> ClaimRef:
-    uid = str(uuid.uuid4())
-    name = name or f"c-{uid[:8]}"
-    claims.add(
-        {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
-        }
-    )
-    return ClaimRef(namespace="ns", name=name, uid=uid)
 
 
 def gpu(device: str, request: str = "gpus", pool: str = NODE) -> dict[str, Any]:
@@ -86,7 +34,7 @@ def gpu(device: str, request: str = "gpus", pool: str = NODE) -> dict[str, Any]:
 
 
 def test_prepare_returns_cdi_ids_and_writes_one_spec(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     ref = claim(
@@ -115,7 +63,7 @@ def test_prepare_returns_cdi_ids_and_writes_one_spec(
 
 
 def test_prepare_is_idempotent_and_unprepare_cleans_up(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     ref = claim(claims, [gpu("gpu-2")])
@@ -132,7 +80,7 @@ def test_prepare_is_idempotent_and_unprepare_cleans_up(
 
 
 def test_unprepare_of_unknown_and_deleted_claims_succeeds(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     ref = claim(claims, [gpu("gpu-3")])
@@ -143,9 +91,7 @@ def test_unprepare_of_unknown_and_deleted_claims_succeeds(
     assert state.unprepare([ghost])[ghost.uid].error == ""
 
 
-def test_one_bad_claim_fails_alone(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
-) -> None:
+def test_one_bad_claim_fails_alone(host: PluginHost, claims: ClaimStore, tmp_path: Path) -> None:
     state = make_state(host, claims, tmp_path)
     good = claim(claims, [gpu("gpu-4")], name="good")
     unknown_device = claim(claims, [gpu("gpu-99", request="big")], name="bad-device")
@@ -188,7 +134,7 @@ def cpu_result(request: str = "cpus", n: int = 4, device: str = "cpu-numa-0") ->
 
 
 def test_config_errors_name_claim_request_and_field(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, driver=CPU)
     ok = claim(
@@ -252,7 +198,7 @@ def test_config_errors_name_claim_request_and_field(
 
 
 def test_claim_config_wins_over_class_config(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, driver=CPU)
     base = {"apiVersion": "cpu.drakit.io/v1alpha1", "kind": "CpuConfig"}
@@ -276,7 +222,7 @@ def test_claim_config_wins_over_class_config(
 
 
 def test_shared_group_device_gives_disjoint_cpus_under_concurrency(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, driver=CPU)
     refs = [claim(claims, [cpu_result(n=6, device="cpu-numa-0")]) for _ in range(8)]
@@ -308,7 +254,7 @@ def test_shared_group_device_gives_disjoint_cpus_under_concurrency(
 
 
 def test_corrupt_checkpoint_is_moved_aside_and_serving_continues(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     repairs: list[tuple[str, int]] = []
     state = DriverState(
@@ -337,7 +283,7 @@ def test_corrupt_checkpoint_is_moved_aside_and_serving_continues(
 
 
 def test_reboot_demotes_claims_and_next_prepare_rewrites_cdi(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path, boot_id="before")
     ref = claim(claims, [gpu("gpu-7")])
@@ -352,7 +298,7 @@ def test_reboot_demotes_claims_and_next_prepare_rewrites_cdi(
 
 
 def test_thousand_claims_with_32_in_flight_leave_nothing_behind(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -372,7 +318,7 @@ def test_thousand_claims_with_32_in_flight_leave_nothing_behind(
 
 
 def test_exclusive_device_is_never_prepared_for_two_claims(
-    host: PluginHost, claims: InMemoryClaims, tmp_path: Path
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     state = make_state(host, claims, tmp_path)
     first = claim(claims, [gpu("gpu-0")], name="first")
@@ -392,7 +338,7 @@ def test_backends_sharing_one_driver_name_are_routed_to_their_owner(tmp_path: Pa
         node_name=NODE,
         plugins={"cpu": {"driver": shared}, "example_fpga": {"driver": shared, "count": 2}},
     )
-    claims = InMemoryClaims()
+    claims = ClaimStore()
     with open_host(settings) as h:
         build_inventory(h)
         assert h.plugins_for_driver(shared) == ["cpu", "example_fpga"]
@@ -438,7 +384,7 @@ def test_unhealthy_devices_are_streamed_and_tainted_when_configured(tmp_path: Pa
         health={"taint_unhealthy": True},
         plugins={"example_fpga": {"count": 3, "unhealthy": ["fpga-1"]}},
     )
-    node = Node(settings, claims=InMemoryClaims(), serve_kubelet=False, boot_id="b")
+    node = Node(settings, claims=ClaimStore(), serve_kubelet=False, boot_id="b")
     node.start()
     try:
         node.poll_health()

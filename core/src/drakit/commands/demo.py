@@ -38,6 +38,7 @@ from drakit.host.startup import fast_tmp
 from drakit.kubelet.client import KubeletClient
 from drakit.models import ClaimRef, Device, DeviceKey
 from drakit.node.daemon import Node
+from drakit.prepare.memory import ClaimStore as InMemoryClaims
 from drakit.strategy_models import SimpleRequest
 
 __all__ = [
@@ -47,25 +48,6 @@ __all__ = [
     "read_claim_file",
     "run_demo",
 ]
-
-
-class InMemoryClaims:
-    """A ClaimSource backed by a dict: the demo's stand-in for the API server."""
-
-    def __init__(self) -> None:
-        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def add(self, claim: dict[str, Any]) -> None:
-        """Store a claim under its namespace and name."""
-        meta = claim["metadata"]
-        self.claims[(meta["namespace"], meta["name"])] = claim
-
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        """The stored claim."""
-        try:
-            return self.claims[(namespace, name)]
-        except KeyError:
-            raise PermanentError(f"resourceclaims {namespace}/{name} not found") from None
 
 
 @contextmanager
@@ -122,7 +104,7 @@ def run_demo(
         root = Path(tmp)
         settings = demo_settings(root, profile, config)
         (root / "kubelet" / "plugins_registry").mkdir(parents=True)
-        claims = InMemoryClaims()
+        claims = InMemoryClaims(copy=False)
         console.print(Panel.fit(f"drakit demo on simulated hardware profile [bold]{profile}[/]"))
         node = Node(settings, claims=claims, boot_id="demo-boot", instance_id="demo")
         with _timed(

@@ -5,7 +5,7 @@ Everything here runs the code a real node runs: :func:`open_host` goes through
 stand-ins), :func:`run_node` starts a :class:`drakit.node.daemon.Node` that serves the real kubelet
 gRPC sockets, and :class:`KubeletSide` calls them over the wire as the kubelet does. Only the
 hardware is simulated (a tree from :mod:`drakit.sim`) and the API server is replaced by
-:class:`ClaimStore`, an in-memory claim source.
+:class:`ClaimStore`, the in-memory claim source of :mod:`drakit.prepare.memory`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -43,6 +42,7 @@ from drakit.models import (
 )
 from drakit.node.daemon import Node
 from drakit.prepare.cdi import CdiWriter
+from drakit.prepare.memory import DEFAULT_NAMESPACE, ClaimStore
 from drakit.sim import MachineSpec, SysfsBuilder, build_profile
 
 __all__ = [
@@ -61,7 +61,7 @@ __all__ = [
 
 _R = TypeVar("_R", ClaimPrepareResult, ClaimUnprepareResult)
 
-CLAIM_NAMESPACE = "default"
+CLAIM_NAMESPACE = DEFAULT_NAMESPACE
 """The namespace :func:`allocated_claim` puts claims in unless told otherwise."""
 
 _KIT_KEYS = ("sysfs_root", "profile", "node_name", "kubelet_dir", "cdi_dir", "state_dir")
@@ -239,39 +239,6 @@ def open_host(config: Mapping[str, Any], node: SimNode) -> SimHost:
 
 
 # -- claims ----------------------------------------------------------------------------------
-
-
-class ClaimStore:
-    """An in-memory claim source: the API server's stand-in for a :class:`RunningNode`."""
-
-    def __init__(self) -> None:
-        self._claims: dict[tuple[str, str], dict[str, Any]] = {}
-        self._lock = threading.Lock()
-
-    def add(self, claim: dict[str, Any]) -> None:
-        """Store (or replace) a ResourceClaim dict under its namespace and name."""
-        meta = claim["metadata"]
-        with self._lock:
-            self._claims[(meta.get("namespace", CLAIM_NAMESPACE), meta["name"])] = claim
-
-    def remove(self, claim: dict[str, Any]) -> None:
-        """Forget a claim (as if it was deleted); unknown claims are ignored."""
-        meta = claim["metadata"]
-        with self._lock:
-            self._claims.pop((meta.get("namespace", CLAIM_NAMESPACE), meta["name"]), None)
-
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        """The stored claim (a deep copy, as a GET returns a fresh object).
-
-        Raises:
-            PermanentError: no such claim (the API server's 404).
-        """
-        with self._lock:
-            claim = self._claims.get((namespace, name))
-        if claim is None:
-            raise PermanentError(f"resourceclaims {namespace}/{name} not found")
-        copy: dict[str, Any] = json.loads(json.dumps(claim))
-        return copy
 
 
 def allocated_claim(
