@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import grpc
 
@@ -199,7 +199,11 @@ class NodeService:
         logger.debug("[%d] %s done", rid, method)
 
 
-class _DRAPluginServicer:
+_PrepareResponse = TypeVar("_PrepareResponse")
+_UnprepareResponse = TypeVar("_UnprepareResponse")
+
+
+class _DRAPluginServicer(Generic[_PrepareResponse, _UnprepareResponse]):
     """The DRA node service of one API version (v1 and v1beta1 differ only in their messages).
 
     Args:
@@ -227,7 +231,7 @@ class _DRAPluginServicer:
             out.share_id = d.share_id
         return out
 
-    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> _PrepareResponse:
         """Prepare the requested claims."""
         results = self._service.prepare(_claim_refs(request.claims), api=self._api)
         response = self._pb.NodePrepareResourcesResponse()
@@ -237,18 +241,23 @@ class _DRAPluginServicer:
             entry.error = res.error
             if not res.error:
                 entry.devices.extend(device(d) for d in res.devices)
-        return response
+        return cast("_PrepareResponse", response)
 
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def NodeUnprepareResources(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> _UnprepareResponse:
         """Unprepare the requested claims."""
         results = self._service.unprepare(_claim_refs(request.claims), api=self._api)
         response = self._pb.NodeUnprepareResourcesResponse()
         for uid, res in results.items():
             response.claims[uid].error = res.error
-        return response
+        return cast("_UnprepareResponse", response)
 
 
-class DRAPluginV1Servicer(_DRAPluginServicer, v1_grpc.DRAPluginServicer):
+class DRAPluginV1Servicer(
+    _DRAPluginServicer[v1.NodePrepareResourcesResponse, v1.NodeUnprepareResourcesResponse],
+    v1_grpc.DRAPluginServicer,
+):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` on top of a :class:`NodeService`."""
 
     _api: ClassVar[str] = "v1"
@@ -256,7 +265,12 @@ class DRAPluginV1Servicer(_DRAPluginServicer, v1_grpc.DRAPluginServicer):
     _shares: ClassVar[bool] = True
 
 
-class DRAPluginV1beta1Servicer(_DRAPluginServicer, v1beta1_grpc.DRAPluginServicer):
+class DRAPluginV1beta1Servicer(
+    _DRAPluginServicer[
+        v1beta1.NodePrepareResourcesResponse, v1beta1.NodeUnprepareResourcesResponse
+    ],
+    v1beta1_grpc.DRAPluginServicer,
+):
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` on top of a :class:`NodeService`."""
 
     _api: ClassVar[str] = "v1beta1"
