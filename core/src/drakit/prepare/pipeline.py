@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from drakit.errors import DrakitError, PermanentError
 from drakit.host.inventory import Inventory, InventorySnapshot
@@ -101,6 +101,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R", ClaimPrepareResult, ClaimUnprepareResult)
+
 
 class PipelineObserver(Protocol):
     """Receives timings and outcomes (the metrics module implements it)."""
@@ -108,6 +110,19 @@ class PipelineObserver(Protocol):
     def observe(self, driver: str, op: str, result: str, seconds: float) -> None:
         """One prepare or unprepare of one claim finished."""
         ...
+
+
+def _failed_claim(op: str, where: str, uid: str, e: Exception) -> str:
+    """Log why ``op`` of one claim failed (a plugin bug with its traceback); its error string.
+
+    A :class:`~drakit.errors.DrakitError` is the claim's own error; anything else is a bug in a
+    plugin, which fails its claim, never the whole call.
+    """
+    if isinstance(e, DrakitError):
+        log.warning("%s of %s (uid %s) failed: %s", op, where, uid, e, stacklevel=2)
+        return f"{where}: {e}"
+    log.error("%s of %s (uid %s) failed in a plugin", op, where, uid, exc_info=e, stacklevel=2)
+    return f"{where}: internal error in a plugin: {show(repr(e))}"
 
 
 class DriverState:
@@ -245,15 +260,7 @@ class DriverState:
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimPrepareResult]:
         """Prepare every claim; one entry per claim UID, errors per claim."""
         start = time.monotonic()
-        out: dict[str, ClaimPrepareResult] = {}
-        valid: list[ClaimRef] = []
-        for ref in claims:
-            err = claim_ref_error(ref)
-            if err:
-                out[ref.uid] = ClaimPrepareResult(error=err)
-                self._observe("prepare", err, start)
-            else:
-                valid.append(ref)
+        out, valid = self._checked(claims, "prepare", ClaimPrepareResult, start)
         snap = self.inventory.current  # one discovery round for the whole call
         if len(valid) == 1:  # the common case: no hand-off to another thread
             fetched = [self._reader.fetch(valid[0], snap)]
@@ -269,6 +276,21 @@ class DriverState:
             out[ref.uid] = done[ref.uid]
             self._observe("prepare", done[ref.uid].error, start)
         return out
+
+    def _checked(
+        self, claims: Sequence[ClaimRef], op: str, result: type[R], start: float
+    ) -> tuple[dict[str, R], list[ClaimRef]]:
+        """The kubelet's claim references that are usable, and a result for each that is not."""
+        out: dict[str, R] = {}
+        valid: list[ClaimRef] = []
+        for ref in claims:
+            err = claim_ref_error(ref)
+            if err:
+                out[ref.uid] = result(error=err)
+                self._observe(op, err, start)
+            else:
+                valid.append(ref)
+        return out, valid
 
     def _observe(self, op: str, error: str, start: float) -> None:
         if self.observer is not None:
@@ -410,12 +432,8 @@ class DriverState:
             spec = self.cdi.build(ref.uid, edits)
             name = self.cdi.write(ref.uid, spec)
             crash_point("prepare-after-cdi")
-        except DrakitError as e:
-            log.warning("prepare of %s (uid %s) failed: %s", where, ref.uid, e)
-            return f"{where}: {e}"
-        except Exception as e:  # a plugin bug fails its claim, never the whole call
-            log.exception("prepare of %s (uid %s) failed in a plugin", where, ref.uid)
-            return f"{where}: internal error in a plugin: {show(repr(e))}"
+        except Exception as e:  # noqa: BLE001 - logged by _failed_claim; a plugin bug fails its claim
+            return _failed_claim("prepare", where, ref.uid, e)
         results = [
             PreparedDeviceRef(
                 requests=[d.request],
@@ -548,15 +566,7 @@ class DriverState:
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimUnprepareResult]:
         """Unprepare every claim (unknown claims succeed); one entry per claim UID."""
         start = time.monotonic()
-        out: dict[str, ClaimUnprepareResult] = {}
-        valid: list[ClaimRef] = []
-        for ref in claims:
-            err = claim_ref_error(ref)
-            if err:
-                out[ref.uid] = ClaimUnprepareResult(error=err)
-                self._observe("unprepare", err, start)
-            else:
-                valid.append(ref)
+        out, valid = self._checked(claims, "unprepare", ClaimUnprepareResult, start)
         if not valid:
             return out
         if self._status is not None:
@@ -636,12 +646,8 @@ class DriverState:
                         "%s: plugin %r is no longer enabled; nothing to undo", where, plugin
                     )
             crash_point("unprepare-after-plugin")
-        except DrakitError as e:
-            log.warning("unprepare of %s (uid %s) failed: %s", where, ref.uid, e)
-            return f"{where}: {e}"
-        except Exception as e:  # a plugin bug fails its claim, never the whole call
-            log.exception("unprepare of %s (uid %s) failed in a plugin", where, ref.uid)
-            return f"{where}: internal error in a plugin: {show(repr(e))}"
+        except Exception as e:  # noqa: BLE001 - logged by _failed_claim; a plugin bug fails its claim
+            return _failed_claim("unprepare", where, ref.uid, e)
         return ""
 
 
