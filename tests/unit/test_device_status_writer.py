@@ -12,7 +12,7 @@ from typing import Any
 
 from drakit.errors import RetryableError
 from drakit.kube import ConflictError, NotFoundError
-from drakit.prepare.pipeline import _StatusJob, _StatusWriter
+from drakit.prepare.device_status import StatusJob, StatusWriter
 
 
 class Sink:
@@ -42,15 +42,15 @@ class Sink:
         return {}
 
 
-def job(uid: str = "u1") -> _StatusJob:
+def job(uid: str = "u1") -> StatusJob:
     entry = {"driver": "nic.example.com", "pool": "p", "device": "d", "networkData": {}}
-    return _StatusJob(namespace="ns", name="c", uid=uid, devices=(entry,))
+    return StatusJob(namespace="ns", name="c", uid=uid, devices=(entry,))
 
 
 def test_an_outage_and_a_conflict_are_retried_until_written() -> None:
     for error in (RetryableError("API server away"), ConflictError("conflict")):
         sink = Sink(fail=2, error=error)
-        writer = _StatusWriter(sink, "nic.example.com")
+        writer = StatusWriter(sink, "nic.example.com")
         try:
             writer.submit(job())
             assert sink.done.wait(10), "written after two failed attempts"
@@ -63,7 +63,7 @@ def test_an_outage_and_a_conflict_are_retried_until_written() -> None:
 
 def test_unprepare_cancels_a_pending_retry_and_a_gone_claim_is_dropped() -> None:
     sink = Sink(fail=1)
-    writer = _StatusWriter(sink, "nic.example.com")
+    writer = StatusWriter(sink, "nic.example.com")
     try:
         writer.submit(job())
         deadline = time.monotonic() + 5
@@ -75,7 +75,7 @@ def test_unprepare_cancels_a_pending_retry_and_a_gone_claim_is_dropped() -> None
     finally:
         writer.close()
     gone = Sink(fail=1, error=NotFoundError("not found"))
-    writer = _StatusWriter(gone, "nic.example.com")
+    writer = StatusWriter(gone, "nic.example.com")
     try:
         writer.submit(job())
         time.sleep(0.5)

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import grpc
 
@@ -199,90 +199,80 @@ class NodeService:
         logger.debug("[%d] %s done", rid, method)
 
 
-def _v1_device(d: PreparedDeviceRef) -> v1.Device:
-    out = v1.Device(
-        request_names=_base_request_names(d.requests),
-        pool_name=d.pool,
-        device_name=d.device,
-        cdi_device_ids=list(d.cdi_device_ids),
-    )
-    if d.share_id:  # only for allocations of devices with allowMultipleAllocations
-        out.share_id = d.share_id
-    return out
+_PrepareResponse = TypeVar("_PrepareResponse")
+_UnprepareResponse = TypeVar("_UnprepareResponse")
 
 
-def _v1beta1_device(d: PreparedDeviceRef) -> v1beta1.Device:
-    return v1beta1.Device(
-        request_names=_base_request_names(d.requests),
-        pool_name=d.pool,
-        device_name=d.device,
-        cdi_device_ids=list(d.cdi_device_ids),
-    )
-
-
-class DRAPluginV1Servicer(v1_grpc.DRAPluginServicer):
-    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` on top of a :class:`NodeService`.
+class _DRAPluginServicer(Generic[_PrepareResponse, _UnprepareResponse]):
+    """The DRA node service of one API version (v1 and v1beta1 differ only in their messages).
 
     Args:
         service: The shared, version-neutral implementation.
     """
 
-    def __init__(self, service: NodeService) -> None:
-        self._service = service
-
-    def NodePrepareResources(
-        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1.NodePrepareResourcesResponse:
-        """Prepare the requested claims."""
-        results = self._service.prepare(_claim_refs(request.claims), api="v1")
-        response = v1.NodePrepareResourcesResponse()
-        for uid, res in results.items():
-            entry = response.claims[uid]
-            entry.error = res.error
-            if not res.error:
-                entry.devices.extend(_v1_device(d) for d in res.devices)
-        return response
-
-    def NodeUnprepareResources(
-        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1.NodeUnprepareResourcesResponse:
-        """Unprepare the requested claims."""
-        results = self._service.unprepare(_claim_refs(request.claims), api="v1")
-        response = v1.NodeUnprepareResourcesResponse()
-        for uid, res in results.items():
-            response.claims[uid].error = res.error
-        return response
-
-
-class DRAPluginV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
-    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` on top of a :class:`NodeService`.
-
-    Args:
-        service: The shared, version-neutral implementation.
-    """
+    _api: ClassVar[str]
+    _pb: ClassVar[Any]
+    """The version's message module."""
+    _shares: ClassVar[bool]
+    """Whether the version's ``Device`` has ``share_id`` (v1 has; v1beta1 has not)."""
 
     def __init__(self, service: NodeService) -> None:
         self._service = service
 
-    def NodePrepareResources(
-        self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1.NodePrepareResourcesResponse:
+    def _device(self, d: PreparedDeviceRef) -> Any:
+        """The version's ``Device`` message of one prepared device."""
+        out = self._pb.Device(
+            request_names=_base_request_names(d.requests),
+            pool_name=d.pool,
+            device_name=d.device,
+            cdi_device_ids=list(d.cdi_device_ids),
+        )
+        if d.share_id and self._shares:  # only allocations with allowMultipleAllocations
+            out.share_id = d.share_id
+        return out
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> _PrepareResponse:
         """Prepare the requested claims."""
-        results = self._service.prepare(_claim_refs(request.claims), api="v1beta1")
-        response = v1beta1.NodePrepareResourcesResponse()
+        results = self._service.prepare(_claim_refs(request.claims), api=self._api)
+        response = self._pb.NodePrepareResourcesResponse()
+        device = self._device
         for uid, res in results.items():
             entry = response.claims[uid]
             entry.error = res.error
             if not res.error:
-                entry.devices.extend(_v1beta1_device(d) for d in res.devices)
-        return response
+                entry.devices.extend(device(d) for d in res.devices)
+        return cast("_PrepareResponse", response)
 
     def NodeUnprepareResources(
-        self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        self, request: Any, context: grpc.ServicerContext
+    ) -> _UnprepareResponse:
         """Unprepare the requested claims."""
-        results = self._service.unprepare(_claim_refs(request.claims), api="v1beta1")
-        response = v1beta1.NodeUnprepareResourcesResponse()
+        results = self._service.unprepare(_claim_refs(request.claims), api=self._api)
+        response = self._pb.NodeUnprepareResourcesResponse()
         for uid, res in results.items():
             response.claims[uid].error = res.error
-        return response
+        return cast("_UnprepareResponse", response)
+
+
+class DRAPluginV1Servicer(
+    _DRAPluginServicer[v1.NodePrepareResourcesResponse, v1.NodeUnprepareResourcesResponse],
+    v1_grpc.DRAPluginServicer,
+):
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` on top of a :class:`NodeService`."""
+
+    _api: ClassVar[str] = "v1"
+    _pb: ClassVar[Any] = v1
+    _shares: ClassVar[bool] = True
+
+
+class DRAPluginV1beta1Servicer(
+    _DRAPluginServicer[
+        v1beta1.NodePrepareResourcesResponse, v1beta1.NodeUnprepareResourcesResponse
+    ],
+    v1beta1_grpc.DRAPluginServicer,
+):
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` on top of a :class:`NodeService`."""
+
+    _api: ClassVar[str] = "v1beta1"
+    _pb: ClassVar[Any] = v1beta1
+    _shares: ClassVar[bool] = False

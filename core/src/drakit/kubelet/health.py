@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import grpc
 
@@ -238,8 +238,8 @@ def _wire_devices(
     ]
 
 
-class DRAResourceHealthV1alpha1Servicer(v1alpha1_grpc.DRAResourceHealthServicer):
-    """``v1alpha1.DRAResourceHealth`` (kubelet 1.34+) on top of a :class:`HealthStreamer`.
+class _ResourceHealthServicer:
+    """``DRAResourceHealth`` of one API version (v1 and v1alpha1 differ only in their messages).
 
     Args:
         streamer: The shared, version-neutral implementation.
@@ -247,38 +247,38 @@ class DRAResourceHealthV1alpha1Servicer(v1alpha1_grpc.DRAResourceHealthServicer)
             kubelet default (30 s).
     """
 
-    def __init__(self, streamer: HealthStreamer, *, timeout_seconds: int = 0) -> None:
-        self._streamer = streamer
-        self._timeout = timeout_seconds
-
-    def NodeWatchResources(
-        self, request: v1alpha1.NodeWatchResourcesRequest, context: grpc.ServicerContext
-    ) -> Iterator[v1alpha1.NodeWatchResourcesResponse]:
-        """Stream the complete device health list."""
-        for devices in self._streamer.stream(context, "v1alpha1"):
-            yield v1alpha1.NodeWatchResourcesResponse(
-                devices=_wire_devices(v1alpha1, _V1ALPHA1_STATUS, devices, self._timeout)
-            )
-
-
-class DRAResourceHealthV1Servicer(v1_grpc.DRAResourceHealthServicer):
-    """``v1.DRAResourceHealth`` (kubelet 1.37+) on top of a :class:`HealthStreamer`.
-
-    Args:
-        streamer: The shared, version-neutral implementation.
-        timeout_seconds: ``health_check_timeout_seconds`` sent with each device; 0 means the
-            kubelet default (30 s).
-    """
+    _api: ClassVar[str]
+    _pb: ClassVar[Any]
+    """The version's message module."""
+    _status: ClassVar[Mapping[str, int]]
+    """Health string -> the version's enum value."""
 
     def __init__(self, streamer: HealthStreamer, *, timeout_seconds: int = 0) -> None:
         self._streamer = streamer
         self._timeout = timeout_seconds
 
-    def NodeWatchResources(
-        self, request: v1.NodeWatchResourcesRequest, context: grpc.ServicerContext
-    ) -> Iterator[v1.NodeWatchResourcesResponse]:
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         """Stream the complete device health list."""
-        for devices in self._streamer.stream(context, "v1"):
-            yield v1.NodeWatchResourcesResponse(
-                devices=_wire_devices(v1, _V1_STATUS, devices, self._timeout)
+        pb = self._pb
+        for devices in self._streamer.stream(context, self._api):
+            yield pb.NodeWatchResourcesResponse(
+                devices=_wire_devices(pb, self._status, devices, self._timeout)
             )
+
+
+class DRAResourceHealthV1alpha1Servicer(
+    _ResourceHealthServicer, v1alpha1_grpc.DRAResourceHealthServicer
+):
+    """``v1alpha1.DRAResourceHealth`` (kubelet 1.34+) on top of a :class:`HealthStreamer`."""
+
+    _api: ClassVar[str] = "v1alpha1"
+    _pb: ClassVar[Any] = v1alpha1
+    _status: ClassVar[Mapping[str, int]] = _V1ALPHA1_STATUS
+
+
+class DRAResourceHealthV1Servicer(_ResourceHealthServicer, v1_grpc.DRAResourceHealthServicer):
+    """``v1.DRAResourceHealth`` (kubelet 1.37+) on top of a :class:`HealthStreamer`."""
+
+    _api: ClassVar[str] = "v1"
+    _pb: ClassVar[Any] = v1
+    _status: ClassVar[Mapping[str, int]] = _V1_STATUS

@@ -24,7 +24,6 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, suppress
-from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,14 @@ from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer, grpc_initialised
-from drakit.models import DeviceHealth, DeviceTaint
+from drakit.models import DeviceHealth
+from drakit.node.health import (
+    UNHEALTHY_TAINT,
+    Unhealthy,
+    assess_health,
+    default_health,
+    with_health_taints,
+)
 from drakit.node.metrics import Metrics, ProbeServer
 from drakit.prepare.checkpoint import read_boot_id
 from drakit.prepare.pipeline import ClaimSource, DriverState
@@ -47,9 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["UNHEALTHY_TAINT", "Node"]
 
 log = logging.getLogger(__name__)
-
-UNHEALTHY_TAINT = DeviceTaint(key="drakit.io/unhealthy", value="true", effect="NoSchedule")
-
 
 _NODE_AT_START_TIMEOUT = (2.0, 5.0)
 """Seconds to connect and to wait for the Node read at start-up (before the kubelet is served)."""
@@ -106,7 +109,7 @@ class Node:
         self.publisher: ResourceSlicePublisher | None = None
         self.probes: ProbeServer | None = None
         self._inventory: Inventory | None = None
-        self._unhealthy: set[tuple[str, str, str]] = set()
+        self._unhealthy: Unhealthy = set()
         self._stack = ExitStack()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -362,32 +365,12 @@ class Node:
 
     def _with_health_taints(self, inv: InventorySnapshot) -> Sequence[PoolSpec]:
         """``inv``'s pools, with the unhealthy devices tainted when configured."""
-        if not (self.settings.health.taint_unhealthy and self._unhealthy):
-            return inv.pools
-        out = []
-        for spec in inv.pools:
-            devices = tuple(
-                d.with_taints((*d.taints, UNHEALTHY_TAINT))
-                if (spec.driver, spec.pool, d.name) in self._unhealthy
-                else d
-                for d in spec.devices
-            )
-            out.append(PoolSpec(spec.driver, spec.node, spec.pool, devices, spec.counter_sets))
-        return out
+        return with_health_taints(inv, self._unhealthy, taint=self.settings.health.taint_unhealthy)
 
     # -- health --------------------------------------------------------------------------------
 
     def _default_health(self, driver: str) -> list[DeviceHealth]:
-        now = datetime.now(UTC)
-        inv = self.inventory
-        if inv is None:
-            return []
-        return [
-            DeviceHealth(pool=spec.pool, device=d.name, health="Healthy", last_updated=now)
-            for spec in inv.pools
-            if spec.driver == driver
-            for d in spec.devices
-        ]
+        return default_health(self.inventory, driver)
 
     def poll_health(self) -> None:
         """Ask every plugin for device health and push it to the kubelet streams."""
@@ -397,19 +380,7 @@ class Node:
         except DrakitError:
             log.exception("health poll failed")
             return
-        drivers = host.driver_names()
-        unhealthy: set[tuple[str, str, str]] = set()
-        per_driver: dict[str, dict[tuple[str, str], DeviceHealth]] = {
-            d: {(h.pool, h.device): h for h in self._default_health(d)} for d in self.health
-        }
-        items: dict[tuple[str, str], DeviceHealth]
-        for plugin, batch in reported.items():
-            driver = drivers[plugin]
-            for h in batch:
-                per_driver.setdefault(driver, {})[(h.pool, h.device)] = h
-                if h.health == "Unhealthy":
-                    unhealthy.add((driver, h.pool, h.device))
-        self._composed_health(per_driver, unhealthy)
+        per_driver, unhealthy = assess_health(host, self.inventory, reported, list(self.health))
         for driver, items in per_driver.items():
             if driver in self.health:
                 self.health[driver].update(items.values())
@@ -420,57 +391,6 @@ class Node:
         # for the next discovery interval
         if changed and self.publisher is not None:
             self.publisher.trigger(rediscover=True)
-
-    def _composed_health(
-        self,
-        per_driver: dict[str, dict[tuple[str, str], DeviceHealth]],
-        unhealthy: set[tuple[str, str, str]],
-    ) -> None:
-        """Mark composed devices (GPU-NIC pairs) unhealthy while a member of theirs is.
-
-        A composed device is one a plugin contributed through ``drakit_compose_devices``; its
-        members are the other plugins' devices whose counter sets it consumes (the composite
-        model, ``docs/composite.md``). Updates both arguments in place, so the kubelet stream
-        reports the pair Unhealthy and ``taint_unhealthy`` taints it.
-        """
-        inv = self.inventory
-        host = self._the_host()
-        if inv is None or not unhealthy:
-            return
-        # (driver, pool, counter set) -> the unhealthy devices consuming it, with their owner
-        sick: dict[tuple[str, str, str], list[tuple[str, DeviceHealth]]] = {}
-        devices = inv.devices()
-        for key, owner, dev in devices:
-            if (key.driver, key.pool, key.device) not in unhealthy:
-                continue
-            h = per_driver[key.driver][(key.pool, key.device)]
-            for use in dev.consumes_counters:
-                sick.setdefault((key.driver, key.pool, use.counter_set), []).append((owner, h))
-        composes: dict[str, bool] = {}
-        for key, owner, dev in devices:
-            if owner not in composes:
-                composes[owner] = "drakit_compose_devices" in host.hook_implementations(owner)
-            if not composes[owner] or (key.driver, key.pool, key.device) in unhealthy:
-                continue
-            causes = {
-                h.device: h
-                for use in dev.consumes_counters
-                for other, h in sick.get((key.driver, key.pool, use.counter_set), [])
-                if other != owner
-            }
-            if not causes:
-                continue
-            why = "; ".join(
-                f"{name}: {h.message}" if h.message else name for name, h in sorted(causes.items())
-            )
-            per_driver.setdefault(key.driver, {})[(key.pool, key.device)] = DeviceHealth(
-                pool=key.pool,
-                device=key.device,
-                health="Unhealthy",
-                message=f"member unhealthy: {why}",
-                last_updated=max(h.last_updated for h in causes.values()),
-            )
-            unhealthy.add((key.driver, key.pool, key.device))
 
     def _health_loop(self) -> None:
         while not self._stop.wait(self.settings.health.interval):

@@ -36,26 +36,25 @@ log = logging.getLogger(__name__)
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+def _claim_seconds(op: str, registry: CollectorRegistry) -> Histogram:
+    """``drakit_<op>_seconds``: the time to prepare or unprepare one claim, by driver and result."""
+    return Histogram(
+        f"drakit_{op}_seconds",
+        f"Time to {op} one claim",
+        ["driver", "result"],
+        registry=registry,
+        buckets=_BUCKETS,
+    )
+
+
 class Metrics:
     """drakit's metrics in a registry of their own (so tests and several nodes never clash)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.prepare_seconds = Histogram(
-            "drakit_prepare_seconds",
-            "Time to prepare one claim",
-            ["driver", "result"],
-            registry=r,
-            buckets=_BUCKETS,
-        )
-        self.unprepare_seconds = Histogram(
-            "drakit_unprepare_seconds",
-            "Time to unprepare one claim",
-            ["driver", "result"],
-            registry=r,
-            buckets=_BUCKETS,
-        )
+        self.prepare_seconds = _claim_seconds("prepare", r)
+        self.unprepare_seconds = _claim_seconds("unprepare", r)
         self._children: dict[tuple[str, str, str], Histogram] = {}
         self.devices_published = Gauge(
             "drakit_devices_published",

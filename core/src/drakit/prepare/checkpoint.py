@@ -302,9 +302,7 @@ class CheckpointStore:
             f"{self.boot_id or '?'}): {demoted} prepared claims will be re-prepared on "
             "their next call"
         )
-        log.info("%s", msg)
-        if self.on_repair is not None and demoted:
-            self.on_repair("reboot", msg, demoted)
+        self._report(logging.INFO, "reboot", msg, demoted)
         cp.boot_id = self.boot_id
         return self._recovered(cp, "")
 
@@ -319,12 +317,16 @@ class CheckpointStore:
                 f"claims that still have CDI specs{why}: {', '.join(sorted(found)[:10])}; "
                 "their devices are treated as held until the kubelet unprepares them"
             )
-            log.warning("%s", msg)
-            if self.on_repair is not None:
-                self.on_repair("recovered", msg, len(found))
+            self._report(logging.WARNING, "recovered", msg, len(found))
         if found or (save and (cp.claims or self.path.exists() or why)):
             self.save(cp)
         return cp
+
+    def _report(self, level: int, reason: str, msg: str, count: int) -> None:
+        """Log a repair and tell ``on_repair`` about it (when it repaired anything)."""
+        log.log(level, "%s", msg, stacklevel=2)
+        if self.on_repair is not None and count:
+            self.on_repair(reason, msg, count)
 
     def _move_aside(self, reason: str) -> Checkpoint:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -341,9 +343,7 @@ class CheckpointStore:
             f"{aside.name}. Claims that still have CDI specs are rebuilt from them and their "
             "devices stay held until unprepared"
         )
-        log.error("%s", msg)
-        if self.on_repair is not None:
-            self.on_repair("corrupt", msg, 1)
+        self._report(logging.ERROR, "corrupt", msg, 1)
         empty = Checkpoint(driver=self.driver, boot_id=self.boot_id)
         self._canon = {}
         return self._recovered(empty, " (the checkpoint was damaged)")
