@@ -52,3 +52,27 @@ def test_every_internal_package_has_a_row() -> None:
     internal = {f"drakit.{m.name}" for m in pkgutil.iter_modules(drakit.__path__) if m.ispkg}
     internal &= set(forbidden_modules())
     assert internal - packages == set(), "add a row to docs/architecture.md for each"
+
+
+def _modules_table() -> dict[str, list[str]]:
+    text = ARCHITECTURE_MD.read_text(encoding="utf-8")
+    section = text.split("Inside each package, one module per part:", 1)[1].split("\n\n`", 1)[0]
+    out: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`drakit."):
+            # a module is the first backquoted word of each comma-separated entry
+            out[cells[0].strip("`")] = re.findall(r"(?:^|, )`(\w+)`", cells[1])
+    return out
+
+
+MODULES = _modules_table()
+
+
+@pytest.mark.parametrize("package", sorted(MODULES))
+def test_the_modules_of_each_package_are_the_ones_listed(package: str) -> None:
+    spec = importlib.util.find_spec(package)
+    assert spec is not None
+    assert spec.submodule_search_locations is not None
+    present = {m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)}
+    assert set(MODULES[package]) == present - {"_proto"}
