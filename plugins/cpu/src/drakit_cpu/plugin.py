@@ -42,7 +42,7 @@ from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_cpu.allocator import AllocationError
 from drakit_cpu.config import CPU_CONFIG_API_VERSION, CpuConfig
 from drakit_cpu.devices import CPU_TYPE, GROUP_TYPE, build_devices, shared
-from drakit_cpu.discovery import CpuFacts, read_cpu_facts
+from drakit_cpu.discovery import CpuFacts, read_node
 from drakit_cpu.policy import POLICIES, Policy, PolicyOptions
 from drakit_cpu.prepare import CpuView, prepare_devices, resolve_options, select_cpus
 from drakit_cpu.settings import CpuSettings
@@ -89,9 +89,7 @@ class CpuPlugin:
     @hookimpl
     def drakit_discover_devices(self, node: NodeInfo) -> DeviceInventory | None:
         """Read the CPU topology and publish grouped or individual devices."""
-        root = Path(node.sysfs_root)
-        topo = CpuTopology.from_sysfs(root)
-        facts = read_cpu_facts(root, topo)
+        topo, facts = read_node(Path(node.sysfs_root))
         devices, groups = build_devices(self.settings, self.reserved, topo, facts)
         grouped = self.settings.mode == "grouped"
         self._view = CpuView(topology=topo, facts=facts, groups=groups, grouped=grouped)
