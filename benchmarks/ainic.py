@@ -65,7 +65,7 @@ from drakit.node.daemon import Node
 from drakit.prepare.memory import ClaimStore
 from drakit.prepare.pipeline import DriverState
 from drakit.sim import SysfsBuilder, build_profile, get_profile
-from drakit_amd_ainic.sim import ainic_machine
+from drakit_amd_ainic.sim import ainic_machine, simulated_libraries
 
 __all__ = ["run_ainic"]
 
@@ -134,7 +134,11 @@ def run_ainic(report: Report, repeats: int, discovery_repeats: int, cold_repeats
             },
         )
         kubelet = _kubelet_prepares(settings, base / "node", repeats, calib)
-        host = PluginHost(settings, NodeInfo(name=NODE, sysfs_root=str(sroot)))
+        host = PluginHost(
+            settings,
+            NodeInfo(name=NODE, sysfs_root=str(sroot)),
+            libraries=simulated_libraries(sroot),
+        )
         build_inventory(host)
         claims = ClaimStore(copy=False)
         state = DriverState(

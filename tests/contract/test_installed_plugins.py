@@ -1,9 +1,10 @@
 """The contract every installed plugin must meet.
 
 drakit's own backends run the contract suite a vendor runs (:class:`drakit.testing.
-BackendContract`), each on a profile where it finds its hardware: discovery, rendering, prepare
-and unprepare over the real kubelet sockets, health, bad configs, CDI file modes. The checks
-against the bare hook specs stay parametrised over what is installed (``drakit.plugins`` and
+BackendContract`), each in its own ``plugins/<name>/tests/test_contract.py``, on a profile where
+it finds its hardware: discovery, rendering, prepare and unprepare over the real kubelet
+sockets, health, bad configs, CDI file modes. The checks against the bare hook specs stay
+parametrised over what is installed (``drakit.plugins`` and
 ``drakit.strategies`` entry points), so a vendor distribution installed next to drakit is
 checked without any change here; each plugin is built by hand with a
 :class:`~drakit.context.PluginContext` and registered with a pluggy manager that knows only
@@ -14,10 +15,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from contextlib import AbstractContextManager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pluggy
 import pytest
@@ -28,80 +28,18 @@ from drakit.context import PluginContext
 from drakit.errors import PermanentError
 from drakit.models import NodeInfo
 from drakit.publish.render import check_driver_name
-from drakit.sim import get_profile
 from drakit.strategies import Strategy
 from drakit.strategy_models import SelectionRequest, SelectionResult
-from drakit.testing import BackendContract, SimNode
 from drakit.testing.plugin import HostFactory, SimNodeFactory
-from drakit_amd_ainic.sim import SriovKernel
 
 PROFILE = "h200-8gpu-8ainic"
 PAIRS_DRIVER = "pairs.composite.drakit.io"  # the composite's default driver
 BACKENDS = sorted(metadata.entry_points(group="drakit.plugins"), key=lambda e: e.name)
 STRATEGIES = sorted(metadata.entry_points(group="drakit.strategies"), key=lambda e: e.name)
-CPU_CONFIG = "cpu.drakit.io/v1alpha1"
-GPU_CONFIG = "gpu.nvidia.drakit.io/v1alpha1"
-NIC_CONFIG = "ainic.drakit.io/v1alpha1"
 
 
 def _ids(eps: list[metadata.EntryPoint]) -> list[str]:
     return [e.name for e in eps]
-
-
-# -- drakit's backends under the contract suite --------------------------------------------------
-
-
-class TestCpuContract(BackendContract):
-    plugin = "cpu"
-    profile = "minimal-1s"
-    bad_configs = (
-        {"apiVersion": CPU_CONFIG, "kind": "CpuConfig", "policy": "everywhere"},
-        {"apiVersion": CPU_CONFIG, "kind": "CpuConfig", "no_such_field": 1},
-    )
-
-
-class TestNvidiaGpuContract(BackendContract):
-    plugin = "nvidia_gpu"
-    profile = "dgx-h100"
-    config: ClassVar[dict[str, Any]] = {"health_watch": False}
-    bad_configs = ({"apiVersion": GPU_CONFIG, "kind": "GpuConfig", "sharing": {"strategy": 7}},)
-
-
-class TestAmdAinicContract(BackendContract):
-    plugin = "amd_ainic"
-    profile = PROFILE
-    bad_configs = (
-        {"apiVersion": NIC_CONFIG, "kind": "NicConfig", "queues": 0},
-        {"apiVersion": NIC_CONFIG, "kind": "NicConfig", "rdma": {"enabled": "sometimes"}},
-    )
-
-
-class TestAmdAinicSharedContract(BackendContract):
-    """Shared NICs: allocated with a shareID and consumed capacity, prepared on demand as VFs."""
-
-    plugin = "amd_ainic"
-    profile = PROFILE
-    config: ClassVar[dict[str, Any]] = {"default_mode": "shared", "vf_limit": 2}
-
-    @classmethod
-    def simulation(cls, node: SimNode) -> AbstractContextManager[object]:
-        # the simulated kernel creates the VFs a shared prepare asks for
-        return SriovKernel(get_profile(PROFILE), node.root)
-
-
-class TestAmdGpuContract(BackendContract):
-    plugin = "amd_gpu"
-    profile = "mi300x-8gpu-8ainic"
-
-
-class TestCompositeContract(BackendContract):
-    plugin = "composite"
-    profile = PROFILE
-    other_plugins: ClassVar[dict[str, dict[str, Any]]] = {
-        # members and pairs share one driver, so pairs and lone members share counters
-        "nvidia_gpu": {"health_watch": False, "driver": PAIRS_DRIVER},
-        "amd_ainic": {"driver": PAIRS_DRIVER},
-    }
 
 
 def test_discovery_finds_the_profiles_hardware(

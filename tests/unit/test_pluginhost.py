@@ -34,7 +34,8 @@ from drakit.models import (
     NodeInfo,
     PreparedDevice,
 )
-from drakit_cpu.plugin import CpuConfig, CpuPlugin
+from drakit_cpu.config import CpuConfig
+from drakit_cpu.plugin import CpuPlugin
 
 if TYPE_CHECKING:
     from tests.conftest import EntryPoints

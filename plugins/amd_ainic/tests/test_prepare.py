@@ -17,7 +17,7 @@ from drakit.prepare.pipeline import DriverState
 from drakit.sim import build_profile, get_profile
 from drakit.strategy_models import SelectionRequest
 from drakit_amd_ainic.ledger import Ledger
-from drakit_amd_ainic.sim import SriovKernel, vf_settings
+from drakit_amd_ainic.sim import SriovKernel, simulated_libraries, vf_settings
 from drakit_amd_ainic.strategies import least_loaded
 
 from .conftest import DRIVER, NODE, AinicNode, ainic_node, nic_config
@@ -323,7 +323,8 @@ def test_after_a_reboot_the_ledger_is_void_and_every_share_is_prepared_again(
     claims = InMemoryClaims()
 
     def start(boot_id: str) -> DriverState:  # a fresh node process: nothing in memory
-        host = PluginHost(settings, NodeInfo(name=NODE, sysfs_root=str(root)))
+        node = NodeInfo(name=NODE, sysfs_root=str(root))
+        host = PluginHost(settings, node, libraries=simulated_libraries(root))
         build_inventory(host)
         return DriverState(
             DRIVER,

@@ -12,15 +12,11 @@ from drakit.errors import ConfigInvalid, PermanentError
 from drakit.models import AllocatedDevice, NodeInfo
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_cpu.allocator import take_packed
-from drakit_cpu.plugin import (
-    CPU_CONFIG_API_VERSION,
-    CpuConfig,
-    CpuPlugin,
-    CpuSettings,
-    cpuset_env_name,
-    select_cpus,
-)
+from drakit_cpu.config import CPU_CONFIG_API_VERSION, CpuConfig
+from drakit_cpu.plugin import CpuPlugin
 from drakit_cpu.policy import PolicyOptions, policy_conflicts
+from drakit_cpu.prepare import cpuset_env_name, select_cpus
+from drakit_cpu.settings import CpuSettings
 from drakit_cpu.topology import CpuInfo, CpuTopology
 
 

@@ -3,32 +3,31 @@
 On a node, :class:`Pyroute2Netlink` sends ``RTM_SETLINK`` on the PF with ``IFLA_VFINFO_LIST``
 (the same message as ``ip link set <pf> vf <i> mac ... vlan ... spoofchk ... trust ...
 max_tx_rate ...``), sets a VF netdev's MTU, and sets its combined channel count through the
-ethtool ioctl (``ethtool -L <if> combined N``). On a simulated tree, :class:`TreeNetlink`
-records the same requests as files (``drakit-sim/netlink/<PF BDF>.json`` for VF settings; the
-VF netdev's ``mtu``, ``address`` and ``queues/`` for the rest), so tests read what a node's
-kernel would have been told. ``netlink: auto`` picks the tree when the root is a simulated one
-(it has ``drakit-sim/machine.json``).
+ethtool ioctl (``ethtool -L <if> combined N``). On a simulated root the simulator hands the
+backend a stand-in (``PluginContext.libraries["pyroute2"]``, from the backend's ``sim``
+package through the ``drakit.sim_libraries`` entry point group, as the fake NVML reaches the
+NVIDIA backend) that records the same requests as files, so tests read what a node's kernel
+would have been told. ``netlink: auto`` takes the stand-in when there is one.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import logging
-import os
-import shutil
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from drakit.errors import PermanentError, RetryableError
+from drakit.errors import ConfigInvalid, PermanentError, RetryableError
 
 __all__ = [
+    "NETLINK_LIBRARY",
+    "RESET",
     "Netlink",
     "Pyroute2Netlink",
-    "TreeNetlink",
     "VfSettings",
     "netlink_for",
 ]
@@ -38,8 +37,8 @@ log = logging.getLogger(__name__)
 _BUSY = frozenset({errno.EBUSY, errno.EAGAIN})
 """What ionic answers while its firmware resets or another operation is pending: try again."""
 
-SIM_MARKER = Path("drakit-sim") / "machine.json"
-TREE_DIR = Path("drakit-sim") / "netlink"
+NETLINK_LIBRARY = "pyroute2"
+"""The key of a simulated root's netlink stand-in in ``PluginContext.libraries``."""
 
 
 class VfSettings(BaseModel):
@@ -73,71 +72,6 @@ class Netlink(Protocol):
 
     def set_channels(self, ifname: str, netdev_dir: Path, count: int) -> None:
         """Set a netdev's combined channel (queue pair) count."""
-
-
-class TreeNetlink:
-    """Netlink into a simulated tree (see the module docstring)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._dir = str(root / TREE_DIR)
-        self._lock = threading.Lock()
-        self._dir_ready = False
-        self._records: dict[str, dict[str, dict[str, Any]]] = {}
-
-    def set_vf(self, pf_ifname: str, pf_bdf: str, vf: int, settings: VfSettings) -> None:
-        """Merge ``settings`` into the PF's record for ``vf`` (atomic rewrite)."""
-        d = self._dir
-        with self._lock:
-            if not self._dir_ready:
-                os.makedirs(d, exist_ok=True)
-                self._dir_ready = True
-            path = f"{d}/{pf_bdf}.json"
-            data = self._records.get(pf_bdf)
-            if data is None:  # first write to this PF by this process: start from the file
-                try:
-                    data = json.loads(Path(path).read_bytes())
-                except FileNotFoundError:
-                    data = {}
-                self._records[pf_bdf] = data
-            data[str(vf)] = {**data.get(str(vf), {}), **settings.to_json()}
-            tmp = f"{d}/.{pf_bdf}.json.tmp"  # one writer: this lock
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, json.dumps(data, sort_keys=True).encode())
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-
-    def set_mtu(self, ifname: str, netdev_dir: Path, mtu: int) -> None:
-        """Write the netdev's ``mtu`` file."""
-        _write(netdev_dir / "mtu", str(mtu))
-
-    def set_channels(self, ifname: str, netdev_dir: Path, count: int) -> None:
-        """Make exactly ``count`` ``rx-N``/``tx-N`` queue directories."""
-        q = f"{netdev_dir}/queues"
-        try:
-            have = set(os.listdir(q))
-        except FileNotFoundError:
-            os.mkdir(q)
-            have = set()
-        for entry in have:
-            kind, _, n = entry.partition("-")
-            if kind in ("rx", "tx") and n.isdigit() and int(n) >= count:
-                try:
-                    os.rmdir(f"{q}/{entry}")
-                except OSError:
-                    shutil.rmtree(f"{q}/{entry}")  # a queue directory with attribute files
-        for name in (f"{kind}-{i}" for i in range(count) for kind in ("rx", "tx")):
-            if name not in have:
-                os.mkdir(f"{q}/{name}")
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text + "\n")
-    except OSError as e:
-        raise RetryableError(f"cannot write {path}: {e.strerror}") from e
 
 
 class Pyroute2Netlink:
@@ -270,8 +204,26 @@ def _retryable(ifname: str, what: str, code: int | None, why: str) -> RetryableE
     return None
 
 
-def netlink_for(choice: str, root: Path) -> Netlink:
-    """The seam implementation ``plugins.amd_ainic.netlink`` names."""
-    if choice == "tree" or (choice == "auto" and (root / SIM_MARKER).exists()):
-        return TreeNetlink(root)
+def netlink_for(choice: str, libraries: Mapping[str, object]) -> Netlink:
+    """The seam implementation ``plugins.amd_ainic.netlink`` names.
+
+    ``auto`` and ``tree`` take the simulated root's stand-in (``libraries["pyroute2"]``) when
+    there is one; ``auto`` without one and ``pyroute2`` talk to the kernel.
+
+    Raises:
+        ConfigInvalid: ``tree`` on a root the simulator did not build (no stand-in).
+    """
+    stand_in = libraries.get(NETLINK_LIBRARY)
+    if choice != "pyroute2" and stand_in is not None:
+        return cast(Netlink, stand_in)
+    if choice == "tree":
+        raise ConfigInvalid(
+            [
+                (
+                    "plugins.amd_ainic.netlink",
+                    "'tree' records into a simulated tree, and this root is not one; use 'auto' "
+                    "or 'pyroute2'",
+                )
+            ]
+        )
     return Pyroute2Netlink()

@@ -63,7 +63,7 @@ class AmdAinicPlugin:
         self.preparer = Preparer(
             self.root,
             self.settings,
-            netlink_for(self.settings.netlink, self.root),
+            netlink_for(self.settings.netlink, context.libraries),
             Ledger(Path(self.settings.state_dir), boot_id(self.root)),
             context.select,
         )

@@ -3,9 +3,9 @@
 Discovery (:mod:`.discovery`) reads the DRM card's PCI device and the KFD topology;
 :mod:`.devices` publishes every GPU and, for GPUs in a partitioned compute mode, their
 partitions as partitionable devices. Prepare hands the container ``/dev/kfd`` plus the card and
-render nodes of what it was allocated (no environment: KFD shows a container only the GPUs
-whose render nodes it may open). Health comes from sysfs: uncorrectable RAS errors, or a GPU
-missing from the KFD topology. ``docs/gpu-backends.md`` is the user-facing description.
+render nodes of what it was allocated (:mod:`.prepare`). Health comes from sysfs
+(:mod:`.health`): uncorrectable RAS errors, or a GPU missing from the KFD topology.
+``docs/gpu-backends.md`` is the user-facing description.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
 from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
-from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
-    CdiEdits,
     ClaimInfo,
     DeviceHealth,
     DeviceInventory,
@@ -31,35 +29,12 @@ from drakit.models import (
     PreparedDevice,
 )
 from drakit_amd_gpu.devices import Published, build_inventory, device_name
-from drakit_amd_gpu.discovery import AmdGpu, read_amd_gpus
+from drakit_amd_gpu.discovery import read_amd_gpus
+from drakit_amd_gpu.health import TAINT, problem_of
+from drakit_amd_gpu.prepare import prepare_devices
 from drakit_amd_gpu.settings import AmdGpuSettings
 
-__all__ = ["AmdGpuPlugin", "AmdGpuSettings", "problem_of"]
-
-TAINT = "gpu.amd.drakit.io/unhealthy"
-
-
-def problem_of(gpu: AmdGpu) -> tuple[str, str] | None:
-    """``(taint value, message)`` when sysfs says the GPU is unhealthy, else ``None``."""
-    if gpu.ras_uncorrectable:
-        blocks = ", ".join(f"{b} {n}" for b, n in sorted(gpu.ras_uncorrectable.items()))
-        return "ras", f"uncorrectable RAS errors: {blocks}"
-    if gpu.ras_unreadable:
-        blocks = ", ".join(gpu.ras_unreadable)
-        return "ras", (
-            f"RAS error counts unreadable: {blocks} (amdgpu is recovering the GPU, or its "
-            "error query failed)"
-        )
-    if not gpu.nodes and gpu.kfd_refused:
-        return "kfd", (
-            f"the KFD topology refused this process {gpu.kfd_refused} GPU node(s) (EPERM): "
-            "amdkfd shows a GPU's properties only to a process whose device cgroup lets it "
-            "open the GPU's render node; run the node pod privileged (the chart's amd_gpu "
-            "backend is by default) or give it the GPUs' /dev/dri nodes"
-        )
-    if not gpu.nodes:
-        return "kfd", "the GPU is missing from the KFD topology (amdkfd did not initialise it)"
-    return None
+__all__ = ["AmdGpuPlugin"]
 
 
 class AmdGpuPlugin:
@@ -113,35 +88,7 @@ class AmdGpuPlugin:
         del held
         with self._lock:
             published = dict(self._published)
-        root = Path(self.ctx.node.sysfs_root)
-        out = []
-        for dev in claim.devices:
-            target = published.get(dev.device)
-            if target is None:
-                raise PermanentError(
-                    f"claim {claim.namespace}/{claim.name} request {dev.request!r}: "
-                    f"{dev.device!r} is not an AMD GPU on this node "
-                    f"(known: {', '.join(sorted(published)) or 'none'})"
-                )
-            nodes: list[dict[str, Any]] = [{"path": "/dev/kfd"}]
-            renders = [n.render_minor for n in target.nodes] or (
-                [target.gpu.render_minor] if target.gpu.render_minor is not None else []
-            )
-            for minor in renders:
-                card = target.gpu.card_of(root, minor)
-                if card is not None:
-                    nodes.append({"path": f"/dev/dri/card{card}"})
-                nodes.append({"path": f"/dev/dri/renderD{minor}"})
-            out.append(
-                PreparedDevice(
-                    request=dev.request,
-                    pool=dev.pool,
-                    device=dev.device,
-                    edits=CdiEdits(device_nodes=tuple(nodes)),
-                    state={"bdf": target.gpu.fn.bdf, "render_minors": renders},
-                )
-            )
-        return out
+        return prepare_devices(published, Path(self.ctx.node.sysfs_root), claim)
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool:

@@ -17,31 +17,37 @@ counters are also what Kueue charges for quota (the GPU's ``memory``, the NIC's 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from drakit.config import PluginSettings
 from drakit.context import PluginContext
 from drakit.deviceclasses import DeviceClassSpec, type_selector
-from drakit.errors import ConfigInvalid, PermanentError
+from drakit.errors import ConfigInvalid
 from drakit.hookspecs import hookimpl
 from drakit.models import (
-    AllocatedDevice,
-    CdiEdits,
     ClaimInfo,
     Device,
-    DeviceAttribute,
     DeviceInventory,
     DeviceKey,
     NodeInfo,
     PreparedDevice,
 )
-from drakit.sysfs import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, PciFunction, read_pci_functions
+from drakit.sysfs import read_pci_functions
+from drakit_composite.devices import (
+    MAX_CONSUMPTIONS,
+    PAIR_CLASS,
+    SOCKET,
+    Candidate,
+    Owners,
+    device_type,
+    pair_candidates,
+    pair_devices,
+)
 from drakit_composite.locked import Share, divide, share_type
-from drakit_composite.pairing import Member, Pair, numa_sockets, pair_members
+from drakit_composite.pairing import Pair, numa_sockets, pair_members
+from drakit_composite.prepare import prepare_devices
 from drakit_composite.settings import CompositeSettings
 
 __all__ = [
@@ -54,17 +60,8 @@ __all__ = [
     "member_problems",
 ]
 
-PAIR_CLASS = "gpu-nic-pair"
-"""The DeviceClass of every pair (and its ``type``); ``gpu-nic-pair-numa<k>``: NUMA node k."""
-
-SOCKET = "socket"
-"""Attribute (in the driver's domain): the CPU socket of the pair's NUMA node."""
-
 EXTENDED_RESOURCE_DOMAIN = "composite.drakit.io"
 """Default extended resources: ``composite.drakit.io/gpu-nic-pair[-numa<k>]``."""
-
-MAX_CONSUMPTIONS = 2
-"""``consumesCounters`` entries a device may have (1.35+): the GPU's and the NIC's."""
 
 
 def member_problems(
@@ -117,64 +114,6 @@ def member_problems(
     return out
 
 
-@dataclass(frozen=True)
-class _Owners:
-    """The plugins behind one pair's GPU and NIC."""
-
-    gpu: str
-    nic: str
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    member: Member
-    device: Device
-    owner: str
-
-
-def _members(
-    devices: Mapping[DeviceKey, Device],
-    owners: Mapping[DeviceKey, str],
-    plugins: Sequence[str],
-    types: Sequence[str],
-    pci: Mapping[str, PciFunction],
-) -> dict[str, _Candidate]:
-    """Whole devices of ``plugins`` (by ``type``) that sysfs places and that consume counters."""
-    out: dict[str, _Candidate] = {}
-    for key, dev in devices.items():
-        kind = dev.attributes.get("type")
-        bus = dev.attributes.get(PCI_BUS_ID)
-        fn = pci.get(str(bus.value)) if bus is not None else None
-        if (
-            owners.get(key) in plugins
-            and kind is not None
-            and kind.value in types
-            and fn is not None
-            and dev.consumes_counters
-        ):
-            out[key.device] = _Candidate(Member(name=key.device, pci=fn), dev, str(owners[key]))
-    return out
-
-
-def _tag(device: str) -> str:
-    return device.upper().replace("-", "_")
-
-
-def _merged(edits: Sequence[CdiEdits], *env: str) -> CdiEdits:
-    """The members' CDI edits in order, plus ``env``."""
-    return CdiEdits(
-        env=(*(e for x in edits for e in x.env), *env),
-        device_nodes=tuple(n for x in edits for n in x.device_nodes),
-        mounts=tuple(m for x in edits for m in x.mounts),
-        hooks=tuple(h for x in edits for h in x.hooks),
-    )
-
-
-def _type(dev: Device) -> object:
-    kind = dev.attributes.get("type")
-    return kind.value if kind is not None else None
-
-
 class CompositePlugin:
     """Publishes ``pair-<n>`` devices, each one GPU and a NIC close to it, in their pool."""
 
@@ -197,7 +136,7 @@ class CompositePlugin:
         ]
         if problems:
             raise ConfigInvalid(problems, source="configuration")
-        self._pairs: dict[str, tuple[Pair, _Owners]] = {}
+        self._pairs: dict[str, tuple[Pair, Owners]] = {}
         self._shares: dict[str, Share] = {}
         self._skipped: frozenset[str] = frozenset()
 
@@ -206,13 +145,13 @@ class CompositePlugin:
         devices: Mapping[DeviceKey, Device],
         owners: Mapping[DeviceKey, str],
         sysfs_root: str,
-    ) -> tuple[dict[str, _Candidate], dict[str, _Candidate]]:
+    ) -> tuple[dict[str, Candidate], dict[str, Candidate]]:
         """The whole GPUs and NICs that may be paired, by device name."""
         pci = {f.bdf: f for f in read_pci_functions(Path(sysfs_root))}
         s = self.settings
         return (
-            _members(devices, owners, s.gpu_plugins, s.gpu_types, pci),
-            _members(devices, owners, s.nic_plugins, s.nic_types, pci),
+            pair_candidates(devices, owners, s.gpu_plugins, s.gpu_types, pci),
+            pair_candidates(devices, owners, s.nic_plugins, s.nic_types, pci),
         )
 
     def pairs(
@@ -225,7 +164,7 @@ class CompositePlugin:
         gpus, nics = self.candidates(devices, owners, sysfs_root)
         return self._pair(gpus, nics)
 
-    def _pair(self, gpus: Mapping[str, _Candidate], nics: Mapping[str, _Candidate]) -> list[Pair]:
+    def _pair(self, gpus: Mapping[str, Candidate], nics: Mapping[str, Candidate]) -> list[Pair]:
         # a pair consumes both members' entries, and a device may have only two
         fits = {n: c for n, c in nics.items() if len(c.device.consumes_counters) < MAX_CONSUMPTIONS}
         room = {n: c for n, c in gpus.items() if len(c.device.consumes_counters) < MAX_CONSUMPTIONS}
@@ -246,8 +185,8 @@ class CompositePlugin:
             for k, d in devices.items()
             if not d.consumes_counters
             and (
-                (owners.get(k) in s.gpu_plugins and _type(d) in s.gpu_types)
-                or (owners.get(k) in s.nic_plugins and _type(d) in s.nic_types)
+                (owners.get(k) in s.gpu_plugins and device_type(d) in s.gpu_types)
+                or (owners.get(k) in s.nic_plugins and device_type(d) in s.nic_types)
             )
         )
         if skipped and skipped != self._skipped:
@@ -291,40 +230,7 @@ class CompositePlugin:
         if not pairs:
             self._pairs = {}
             return []
-        sockets = numa_sockets(node.sysfs_root)
-        out: list[Device] = []
-        names: dict[str, tuple[Pair, _Owners]] = {}
-        for i, p in enumerate(pairs):
-            name = f"pair-{i}"
-            names[name] = (p, _Owners(gpu=gpus[p.gpu.name].owner, nic=nics[p.nic.name].owner))
-            attrs: dict[str, int | str] = {
-                "type": PAIR_CLASS,
-                "gpu": p.gpu.name,
-                "nic": p.nic.name,
-                "gpuBusID": p.gpu.pci.bdf,
-                "nicBusID": p.nic.pci.bdf,
-                "pcieDistance": p.hops,
-                "coupling": p.coupling,
-            }
-            groot, nroot = p.gpu.pci.pcie_root, p.nic.pci.pcie_root
-            if groot and groot == nroot:
-                attrs[PCIE_ROOT] = groot
-            numa = p.gpu.pci.numa_node
-            if numa is not None:
-                attrs[NUMA_NODE] = numa
-                if numa in sockets:
-                    attrs[SOCKET] = sockets[numa]
-            gpu, nic = gpus[p.gpu.name].device, nics[p.nic.name].device
-            out.append(
-                Device(
-                    name=name,
-                    attributes={k: DeviceAttribute.model_validate(v) for k, v in attrs.items()},
-                    # exactly what the lone members consume: the scheduler sees the overlap
-                    consumes_counters=(*gpu.consumes_counters, *nic.consumes_counters),
-                    # a member's own taints (an XID) keep the pair holding it away too
-                    taints=tuple(dict.fromkeys((*gpu.taints, *nic.taints))),
-                )
-            )
+        out, names = pair_devices(pairs, gpus, nics, numa_sockets(node.sysfs_root))
         self._pairs = names  # one swap: a prepare running meanwhile sees the old or the new map
         return out
 
@@ -386,101 +292,9 @@ class CompositePlugin:
     def drakit_prepare_devices(self, claim: ClaimInfo) -> Sequence[PreparedDevice]:
         """Prepare each pair's GPU and NIC, and each share's member, through their own backends.
 
-        Each member backend prepares exactly what it prepares when its device is claimed alone
-        (through ``context.members``, never by import), with the request's configs: a pair's
-        GPU and NIC under the pair's request; a share as a share of its member device of the
-        share's size (request ``<request>/<share>``, a share ID derived from the claim and the
-        share, so a repeated prepare asks for the same). The container gets the members' CDI
-        edits, plus ``DRAKIT_PAIR_<N>_GPU``/``_NIC`` with a pair's bus IDs or
-        ``DRAKIT_<SHARE>_MEMBER`` with a share's member device. When a member fails, the
-        members already prepared are unprepared before the error is raised.
+        See :func:`drakit_composite.prepare.prepare_devices`.
         """
-        pairs, shares = self._pairs, self._shares
-        wanted: dict[str, list[AllocatedDevice]] = {}  # member plugin -> its devices
-        held: list[tuple[AllocatedDevice, Pair, _Owners]] = []
-        parts: list[tuple[AllocatedDevice, Share, str]] = []
-        for dev in claim.devices:
-            part = shares.get(dev.device)
-            if part is not None:
-                sub = f"{dev.request}/{dev.device}"
-                parts.append((dev, part, sub))
-                wanted.setdefault(part.plugin, []).append(
-                    dev.model_copy(
-                        update={
-                            "request": sub,
-                            "device": part.member,
-                            "share_id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{claim.uid}/{sub}")),
-                            "consumed_capacity": {part.capacity: part.amount},
-                        }
-                    )
-                )
-                continue
-            entry = pairs.get(dev.device)
-            if entry is None:
-                raise PermanentError(
-                    f"request {dev.request!r}: device {dev.device!r} is neither a GPU-NIC pair "
-                    "nor a locked-in share on this node"
-                )
-            pair, owners = entry
-            held.append((dev, pair, owners))
-            for plugin, member in ((owners.gpu, pair.gpu.name), (owners.nic, pair.nic.name)):
-                wanted.setdefault(plugin, []).append(
-                    dev.model_copy(update={"device": member, "share_id": None})
-                )
-        done: list[tuple[str, list[PreparedDevice]]] = []
-        try:
-            for plugin, devs in wanted.items():
-                sub_claim = claim.model_copy(update={"devices": tuple(devs)})
-                done.append((plugin, self.ctx.members.prepare(plugin, sub_claim)))
-        except Exception:
-            for plugin, got in reversed(done):  # roll back; the failure is the claim's error
-                try:
-                    self.ctx.members.unprepare(plugin, claim.uid, got)
-                except Exception:  # the first error is the one to report
-                    self.ctx.log.exception(
-                        "claim %s: rolling back %s failed; unprepare retries it", claim.uid, plugin
-                    )
-            raise
-        got_by = {(plugin, p.request, p.device): p for plugin, devices in done for p in devices}
-        out = []
-        for dev, pair, owners in held:
-            gpu = got_by[(owners.gpu, dev.request, pair.gpu.name)]
-            nic = got_by[(owners.nic, dev.request, pair.nic.name)]
-            tag = _tag(dev.device)
-            out.append(
-                PreparedDevice(
-                    request=dev.request,
-                    pool=dev.pool,
-                    device=dev.device,
-                    edits=_merged(
-                        (gpu.edits, nic.edits),
-                        f"DRAKIT_{tag}_GPU={pair.gpu.pci.bdf}",
-                        f"DRAKIT_{tag}_NIC={pair.nic.pci.bdf}",
-                    ),
-                    state={
-                        "gpu": pair.gpu.name,
-                        "nic": pair.nic.name,
-                        "gpuPlugin": owners.gpu,
-                        "nicPlugin": owners.nic,
-                    },
-                    network_data=nic.network_data,
-                )
-            )
-        for dev, part, sub in parts:
-            whole = got_by[(part.plugin, sub, part.member)]
-            out.append(
-                PreparedDevice(
-                    request=dev.request,
-                    pool=dev.pool,
-                    device=dev.device,
-                    edits=_merged(
-                        (whole.edits,), f"DRAKIT_{_tag(dev.device)}_MEMBER={part.member}"
-                    ),
-                    state={"member": part.member, "plugin": part.plugin, "amount": part.amount},
-                    network_data=whole.network_data,
-                )
-            )
-        return out
+        return prepare_devices(self.ctx, self._pairs, self._shares, claim)
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool:

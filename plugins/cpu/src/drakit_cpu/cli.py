@@ -22,8 +22,8 @@ from drakit.clikit import UserError, dump, profile_option, simulated_root, sysfs
 from drakit.cpuset import CpuListError, format_cpulist, parse_cpulist
 from drakit_cpu.allocator import AllocationError
 from drakit_cpu.discovery import read_cpu_facts
-from drakit_cpu.plugin import select_cpus
 from drakit_cpu.policy import POLICIES, Policy, PolicyOptions
+from drakit_cpu.prepare import select_cpus
 from drakit_cpu.topology import CpuTopology, TopologyError
 
 __all__ = ["cpu"]

@@ -1,4 +1,7 @@
-"""Node facts the CPU backend publishes beyond the kubelet topology model.
+"""The CPU backend's discovery: the kubelet topology model, and the facts it publishes beyond it.
+
+:func:`read_node` is what a discovery round reads: the topology
+(:meth:`~drakit_cpu.topology.CpuTopology.from_sysfs`) and the facts below.
 
 :class:`~drakit_cpu.topology.CpuTopology` carries what the cpumanager algorithms need (cores,
 sockets, NUMA nodes, uncore caches, NUMA distances). Devices also describe things kubelet does
@@ -27,7 +30,7 @@ from types import MappingProxyType
 from drakit.cpuset import CpuListError, parse_cpulist
 from drakit_cpu.topology import CpuTopology, TopologyError
 
-__all__ = ["MAX_STRING_ATTRIBUTE", "CpuFacts", "read_cpu_facts"]
+__all__ = ["MAX_STRING_ATTRIBUTE", "CpuFacts", "read_cpu_facts", "read_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,3 +183,13 @@ def read_cpu_facts(root: Path, topology: CpuTopology) -> CpuFacts:
         model=model,
         vendor=vendor,
     )
+
+
+def read_node(root: Path) -> tuple[CpuTopology, CpuFacts]:
+    """The CPU topology under ``root`` (``sys`` and ``proc``; ``/`` on a node) and its facts.
+
+    Raises:
+        TopologyError: a file exists but is malformed.
+    """
+    topology = CpuTopology.from_sysfs(root)
+    return topology, read_cpu_facts(root, topology)

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from drakit.strategies import Strategy
 from drakit.strategy_models import ShapedClaim, SimpleRequest
-from drakit_cpu.plugin import CAPACITY
+from drakit_cpu.devices import CAPACITY
 
 __all__ = ["MAX_SUBREQUESTS", "NumaSpread"]
 

@@ -15,13 +15,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from drakit.models import DeviceTaint
 from drakit_nvidia_gpu.nvml import Nvml
 
-__all__ = ["GpuProblem", "XidWatcher", "xid_message"]
+__all__ = ["TAINT_LOST", "TAINT_XID", "GpuProblem", "XidWatcher", "problem_taints", "xid_message"]
+
+TAINT_XID = "gpu.nvidia.drakit.io/xid"
+TAINT_LOST = "gpu.nvidia.drakit.io/gpu-lost"
 
 logger = logging.getLogger(__name__)
 
@@ -188,3 +192,16 @@ class XidWatcher:
             self.nvml.free(es)
         except self.nvml.error:
             logger.debug("freeing the NVML event set failed", exc_info=True)
+
+
+def problem_taints(
+    problems: Mapping[str, GpuProblem], effect: Literal["NoSchedule", "NoExecute"]
+) -> dict[str, tuple[DeviceTaint, ...]]:
+    """GPU UUID -> the taint its problem puts on its devices (``gpu-lost`` or the XID)."""
+    out: dict[str, tuple[DeviceTaint, ...]] = {}
+    for uuid, p in problems.items():
+        if p.kind == "lost":
+            out[uuid] = (DeviceTaint(key=TAINT_LOST, value="true", effect=effect),)
+        else:
+            out[uuid] = (DeviceTaint(key=TAINT_XID, value=str(p.xid), effect=effect),)
+    return out

@@ -3,7 +3,7 @@
 Discovery (:mod:`.discovery`) reads NVML through :mod:`.nvml` (nvidia-ml-py on a node, the
 simulated root's fake NVML in tests); :mod:`.devices` turns it into devices with NVIDIA's
 attribute names and, for GPUs in MIG mode, partitionable MIG placements; prepare creates MIG
-instances (:mod:`.mig`), applies ``GpuConfig`` sharing (:mod:`.sharing`, :mod:`.share`) and
+instances (:mod:`.mig`), applies ``GpuConfig`` sharing (:mod:`.config`, :mod:`.prepare`) and
 returns the CDI edits (:mod:`.cdi`); health comes from the XID watcher (:mod:`.health`).
 ``docs/gpu-backends.md`` is the user-facing description.
 """
@@ -21,32 +21,24 @@ from pydantic import BaseModel, ValidationError
 from drakit.config import PluginSettings, validation_errors
 from drakit.context import PluginContext
 from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
-from drakit.errors import ConfigInvalid, PermanentError, RetryableError
+from drakit.errors import ConfigInvalid, RetryableError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
-    AllocatedDevice,
-    CdiEdits,
     ClaimInfo,
     DeviceHealth,
     DeviceInventory,
-    DeviceTaint,
     NodeInfo,
     PreparedDevice,
 )
-from drakit_nvidia_gpu.cdi import gpu_nodes, visible_env
+from drakit_nvidia_gpu.config import GPU_CONFIG_API_VERSION, GpuConfig
 from drakit_nvidia_gpu.devices import Published, build_inventory
 from drakit_nvidia_gpu.discovery import NodeGpus, read_gpus
-from drakit_nvidia_gpu.health import GpuProblem, XidWatcher
-from drakit_nvidia_gpu.mig import MigInstance, destroy_mig, ensure_mig
+from drakit_nvidia_gpu.health import XidWatcher, problem_taints
 from drakit_nvidia_gpu.nvml import Nvml, NvmlUnavailable, open_nvml
+from drakit_nvidia_gpu.prepare import prepare_devices, unprepare_devices
 from drakit_nvidia_gpu.settings import NvidiaGpuSettings
-from drakit_nvidia_gpu.share import COMPUTEMODE_DEFAULT, apply_sharing, claim_sharing, mps_edits
-from drakit_nvidia_gpu.sharing import GPU_CONFIG_API_VERSION, GpuConfig
 
 __all__ = ["NvidiaGpuPlugin", "NvidiaGpuSettings"]
-
-TAINT_XID = "gpu.nvidia.drakit.io/xid"
-TAINT_LOST = "gpu.nvidia.drakit.io/gpu-lost"
 
 
 class NvidiaGpuPlugin:
@@ -85,16 +77,6 @@ class NvidiaGpuPlugin:
             return None
         return self.nvml
 
-    def _taints(self, problems: Mapping[str, GpuProblem]) -> dict[str, tuple[DeviceTaint, ...]]:
-        effect = self.settings.taint_effect
-        out: dict[str, tuple[DeviceTaint, ...]] = {}
-        for uuid, p in problems.items():
-            if p.kind == "lost":
-                out[uuid] = (DeviceTaint(key=TAINT_LOST, value="true", effect=effect),)
-            else:
-                out[uuid] = (DeviceTaint(key=TAINT_XID, value=str(p.xid), effect=effect),)
-        return out
-
     @hookimpl
     def drakit_discover_devices(self, node: NodeInfo) -> DeviceInventory | None:
         """GPUs (and MIG placements of GPUs in MIG mode) from NVML, placed with sysfs."""
@@ -125,7 +107,7 @@ class NvidiaGpuPlugin:
             gpus,
             Path(node.sysfs_root),
             partitions=self.settings.mig_partitions and not self._counters_dropped,
-            taints=self._taints(problems),
+            taints=problem_taints(problems, self.settings.taint_effect),
             whole_counters=self.ctx.shares_driver and not self._counters_dropped,
         )
         with self._lock:
@@ -153,89 +135,17 @@ class NvidiaGpuPlugin:
         self, claim: ClaimInfo, held: Sequence[PreparedDevice]
     ) -> list[PreparedDevice]:
         """Create MIG instances, apply sharing, and hand out device nodes and UUIDs."""
-        nvml = self.nvml
-        if nvml is None:
-            raise PermanentError(f"claim {claim.namespace}/{claim.name}: NVML is not available")
         with self._lock:
             published = dict(self._published)
-        held_mig = [
-            (p.state["mig"]["gpu_uuid"], p.state["mig"]["start"], p.state["mig"]["size"])
-            for p in held
-            if "mig" in p.state
-        ]
         root = Path(self.ctx.node.sysfs_root)
-        made: list[tuple[AllocatedDevice, Published, str, MigInstance | None]] = []
-        for dev in claim.devices:
-            where = f"claim {claim.namespace}/{claim.name} request {dev.request!r} ({dev.device})"
-            target = published.get(dev.device)
-            if target is None:
-                raise PermanentError(
-                    f"{where}: {dev.device!r} is not an NVIDIA device on this node "
-                    f"(known: {', '.join(sorted(published)) or 'none'})"
-                )
-            mig = None
-            if target.placement is not None:
-                mig = ensure_mig(nvml, root, target.gpu, target.placement, held_mig, where)
-                held_mig.append((mig.gpu_uuid, mig.start, mig.size))
-            made.append((dev, target, mig.uuid if mig else target.gpu.uuid, mig))
-        uuids = [u for _, _, u, _ in made]
-        out = []
-        for dev, target, uuid, mig in made:
-            where = f"claim {claim.namespace}/{claim.name} request {dev.request!r} ({dev.device})"
-            sharing = claim_sharing(dev)
-            env = [visible_env(uuids)]
-            mounts: list[dict[str, Any]] = []
-            state: dict[str, Any] = {"uuid": uuid}
-            if sharing is not None:
-                apply_sharing(
-                    nvml,
-                    target,
-                    sharing,
-                    where,
-                    nvidia_smi=self.settings.nvidia_smi,
-                    setting=f"plugins.{self.ctx.name}.nvidia_smi",
-                )
-                state["sharing"] = sharing.strategy
-                if sharing.strategy == "MPS":
-                    extra_env, mounts = mps_edits(self.settings.mps_pipe_directory, uuids, sharing)
-                    env += extra_env
-            if mig is not None:
-                state.update(mig.state())
-            out.append(
-                PreparedDevice(
-                    request=dev.request,
-                    pool=dev.pool,
-                    device=dev.device,
-                    edits=CdiEdits(
-                        env=tuple(env),
-                        device_nodes=gpu_nodes(target.gpu.minor, mig.caps if mig else ()),
-                        mounts=tuple(mounts),
-                    ),
-                    state=state,
-                )
-            )
-        return out
+        return prepare_devices(
+            self.nvml, published, root, self.settings, self.ctx.name, claim, held
+        )
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: Sequence[PreparedDevice]) -> bool:
         """Destroy the claim's MIG instances and undo MPS's compute mode (idempotent)."""
-        nvml = self.nvml
-        if nvml is None:
-            if any("mig" in p.state or "sharing" in p.state for p in prepared):
-                raise RetryableError(f"claim {claim_uid}: NVML is not available to undo prepare")
-            return True
-        for p in prepared:
-            where = f"claim {claim_uid} device {p.device}"
-            if "mig" in p.state:
-                destroy_mig(nvml, p.state, where)
-            elif p.state.get("sharing") == "MPS":
-                try:
-                    nvml.set_compute_mode(nvml.handle(p.state["uuid"]), COMPUTEMODE_DEFAULT)
-                except nvml.error as e:
-                    raise RetryableError(
-                        f"{where}: NVML could not reset the compute mode: {e}"
-                    ) from e
-        return True
+        return unprepare_devices(self.nvml, claim_uid, prepared)
 
     # -- health --------------------------------------------------------------------------------
 

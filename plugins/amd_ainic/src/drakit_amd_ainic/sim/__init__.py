@@ -2,8 +2,9 @@
 
 Test and simulation code only: the backend's production modules never import this package.
 :class:`SriovKernel` plays the kernel's reaction to ``sriov_numvfs`` writes beside a built
-tree; :func:`set_link` / :func:`set_rdma_port` flip what health reads; :func:`vf_settings`
-reads what the backend's file-backed netlink seam recorded.
+tree; :func:`set_link` / :func:`set_rdma_port` flip what health reads; :class:`TreeNetlink`
+(registered as a ``drakit.sim_libraries`` entry point) is the netlink the backend gets on a
+simulated root, and :func:`vf_settings` reads what it recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from drakit_amd_ainic.sim.kernel import (
     set_rdma_port,
     vf_settings,
 )
+from drakit_amd_ainic.sim.netlink import TreeNetlink, simulated_libraries
 from drakit_amd_ainic.sim.parts import D_IONIC_PF, D_IONIC_VF, POLLARA_FW, pollara
 
 __all__ = [
@@ -24,9 +26,11 @@ __all__ = [
     "NETLINK_DIR",
     "POLLARA_FW",
     "SriovKernel",
+    "TreeNetlink",
     "ainic_machine",
     "pollara",
     "set_link",
     "set_rdma_port",
+    "simulated_libraries",
     "vf_settings",
 ]

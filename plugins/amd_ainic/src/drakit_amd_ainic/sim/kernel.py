@@ -35,6 +35,7 @@ from drakit.sim import (
     SriovSpec,
     SysfsBuilder,
 )
+from drakit_amd_ainic.sim.netlink import NETLINK_DIR
 
 __all__ = [
     "NETLINK_DIR",
@@ -47,8 +48,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-NETLINK_DIR = Path("drakit-sim") / "netlink"
-"""Relative to the root: where the backend's file-backed netlink seam records VF settings."""
 
 _PENSANDO, _IONIC_PF, _IONIC_VF, _POLLARA = 0x1DD8, 0x1002, 0x1003, 0x5201
 

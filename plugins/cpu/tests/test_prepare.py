@@ -26,7 +26,8 @@ from drakit.host.startup import fast_tmp, open_host
 from drakit.models import ClaimPrepareResult, ClaimRef
 from drakit.prepare.pipeline import DriverState
 from drakit.testing import ClaimStore
-from drakit_cpu.plugin import CPU_CONFIG_API_VERSION, CpuPlugin
+from drakit_cpu.config import CPU_CONFIG_API_VERSION
+from drakit_cpu.plugin import CpuPlugin
 from drakit_cpu.topology import CpuTopology
 
 DRIVER = "cpu.drakit.io"
