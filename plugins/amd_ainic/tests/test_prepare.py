@@ -8,7 +8,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.host.inventory import build_inventory
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
@@ -16,6 +15,7 @@ from drakit.models import AllocatedDevice, ClaimInfo, ClaimRef, NodeInfo
 from drakit.prepare.pipeline import DriverState
 from drakit.sim import build_profile, get_profile
 from drakit.strategy_models import SelectionRequest
+from drakit.testing import ClaimStore
 from drakit_amd_ainic.ledger import Ledger
 from drakit_amd_ainic.sim import SriovKernel, simulated_libraries, vf_settings
 from drakit_amd_ainic.strategies import least_loaded
@@ -320,7 +320,7 @@ def test_after_a_reboot_the_ledger_is_void_and_every_share_is_prepared_again(
             }
         },
     )
-    claims = InMemoryClaims()
+    claims = ClaimStore(copy=False)
 
     def start(boot_id: str) -> DriverState:  # a fresh node process: nothing in memory
         node = NodeInfo(name=NODE, sysfs_root=str(root))

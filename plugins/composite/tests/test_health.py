@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.host.settings import DrakitSettings
 from drakit.node.daemon import UNHEALTHY_TAINT, Node
+from drakit.testing import ClaimStore
 from drakit_amd_ainic.sim import set_link
 from drakit_nvidia_gpu.sim import inject_xid, load_nvml_description
 
@@ -39,7 +39,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
             "composite": {"driver": DRIVER},
         },
     )
-    n = Node(settings, claims=InMemoryClaims(), serve_kubelet=False, boot_id="b")
+    n = Node(settings, claims=ClaimStore(copy=False), serve_kubelet=False, boot_id="b")
     n.start()
     try:
         yield n

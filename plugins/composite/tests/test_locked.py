@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.cpuset import parse_cpulist
 from drakit.deviceclasses import render_device_classes
 from drakit.errors import ConfigInvalid
@@ -26,6 +25,7 @@ from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.prepare.pipeline import DriverState
+from drakit.testing import ClaimStore
 
 DRIVER = "cpus.example.com"
 PROFILE = "h200-8gpu-8ainic"
@@ -152,9 +152,9 @@ def test_bad_settings_name_the_setting_and_the_fix(
 
 
 @pytest.fixture
-def pipeline(tmp_path: Path) -> Iterator[tuple[DriverState, InMemoryClaims, Path]]:
+def pipeline(tmp_path: Path) -> Iterator[tuple[DriverState, ClaimStore, Path]]:
     with open_host(DrakitSettings(profile=PROFILE, plugins=plugins())) as h:
-        claims = InMemoryClaims()
+        claims = ClaimStore(copy=False)
         state = DriverState(
             DRIVER,
             h,
@@ -169,7 +169,7 @@ def pipeline(tmp_path: Path) -> Iterator[tuple[DriverState, InMemoryClaims, Path
             state.close()
 
 
-def claim(claims: InMemoryClaims, node: str, results: list[dict[str, Any]]) -> ClaimRef:
+def claim(claims: ClaimStore, node: str, results: list[dict[str, Any]]) -> ClaimRef:
     uid = str(uuid.uuid4())
     name = f"c-{uid[:6]}"
     for r in results:
@@ -197,7 +197,7 @@ def cpusets(tmp: Path, uid: str) -> dict[str, frozenset[int]]:
 
 
 def test_shares_get_disjoint_cpus_of_their_group_and_lone_claims_the_rest(
-    pipeline: tuple[DriverState, InMemoryClaims, Path],
+    pipeline: tuple[DriverState, ClaimStore, Path],
 ) -> None:
     state, claims, tmp = pipeline
     node = state.host.node.name
@@ -325,7 +325,7 @@ def test_a_share_that_does_not_fit_rolls_back_the_pair_in_its_claim(tmp_path: Pa
         "composite": {"driver": DRIVER, "locked": [{"plugin": "cpu", "shares": 4}]},
     }
     with open_host(DrakitSettings(profile=PROFILE, plugins=p)) as h:
-        claims = InMemoryClaims()
+        claims = ClaimStore(copy=False)
         state = DriverState(
             DRIVER, h, claims, state_dir=tmp_path / "state", cdi_dir=tmp_path / "cdi", boot_id="b"
         )

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from drakit.commands.demo import InMemoryClaims
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.prepare.pipeline import DriverState
 from drakit.sim import SysfsBuilder, get_profile
+from drakit.testing import ClaimStore
 from drakit_amd_ainic.sim import SriovKernel
 
 DRIVER = "gpu-nic.example.com"
@@ -33,7 +33,7 @@ DRIVER = "gpu-nic.example.com"
 class Pipeline:
     host: PluginHost
     state: DriverState
-    claims: InMemoryClaims
+    claims: ClaimStore
     cdi_dir: Path
     state_dir: Path
 
@@ -51,7 +51,7 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     }
     with open_host(DrakitSettings(profile="h200-8gpu-8ainic", plugins=plugins)) as host:
         host.discover()
-        claims = InMemoryClaims()
+        claims = ClaimStore(copy=False)
         state = DriverState(
             DRIVER,
             host,
@@ -187,7 +187,7 @@ def test_a_pair_with_a_shared_mode_nic_gets_a_vf_of_it_like_a_share(tmp_path: Pa
             for k, d in found.devices.items()
             if found.owners[k] == "composite" and d.attributes["nic"].value == "ainic-0"
         ]
-        claims = InMemoryClaims()
+        claims = ClaimStore(copy=False)
         state = DriverState(
             DRIVER,
             host,
