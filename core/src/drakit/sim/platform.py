@@ -127,8 +127,6 @@ def pci_bridge(
         vendor=ident[0],
         device=ident[1],
         class_code=CLASS_BRIDGE,
-        subsystem_vendor=ident[0],
-        subsystem_device=ident[1],
         revision=0xB0 if ident == PEX890XX else 0x00,
         driver="pcieport",
         children=children,
