@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["DriverName", "PluginSettings", "validation_errors"]
+from drakit.errors import ConfigInvalid
+
+__all__ = ["DriverName", "PluginSettings", "parse_opaque_config", "validation_errors"]
 
 MAX_NAME = 253
 """Names (a strategy, a node, a profile) are at most this long: a DNS subdomain's limit."""
@@ -112,3 +114,36 @@ def validation_errors(
             msg = f"{msg} (got {shown!r})"
         out.append((path, msg))
     return out
+
+
+_Config = TypeVar("_Config", bound=BaseModel)
+
+
+def parse_opaque_config(
+    model: type[_Config],
+    ours: tuple[str, str],
+    api_version: str,
+    kind: str,
+    parameters: Mapping[str, Any],
+) -> _Config | None:
+    """A ``drakit_parse_config`` body: ``parameters`` validated as ``model``, if they are ours.
+
+    Args:
+        model: the backend's opaque config model.
+        ours: the ``(apiVersion, kind)`` that names ``model``.
+        api_version: the object's ``apiVersion``.
+        kind: the object's ``kind``.
+        parameters: the object, as the claim or class holds it.
+
+    Returns:
+        The validated config, or ``None`` when ``(api_version, kind)`` is not ``ours``.
+
+    Raises:
+        ConfigInvalid: one ``(field, message)`` per problem.
+    """
+    if (api_version, kind) != ours:
+        return None
+    try:
+        return model.model_validate(dict(parameters))
+    except ValidationError as e:
+        raise ConfigInvalid(validation_errors(e)) from e

@@ -6,7 +6,9 @@ all offline (no cluster).
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +34,26 @@ def _cells(*values: str) -> list[Any]:
     return [Text(v) for v in values]
 
 
-def _settings(
-    config_path: Path | None, profile: str | None, sysfs_root: Path | None, node_name: str | None
-) -> DrakitSettings:
-    return load_settings(
-        config_path,
-        overrides={
+def _hardware_settings(f: Callable[..., None]) -> Callable[..., None]:
+    """:func:`~drakit.clikit.hardware_options`, handed to the command as the settings they name."""
+
+    @hardware_options
+    @functools.wraps(f)
+    def command(
+        profile: str | None,
+        sysfs_root: Path | None,
+        config_path: Path | None,
+        node_name: str | None,
+        **options: Any,
+    ) -> None:
+        overrides = {
             "profile": profile,
             "sysfs_root": host_root(sysfs_root),
             "node_name": node_name,
-        },
-    )
+        }
+        f(load_settings(config_path, overrides=overrides), **options)
+
+    return command
 
 
 @click.command()
@@ -90,17 +101,10 @@ def profiles(ctx: click.Context) -> None:
 
 
 @click.command()
-@hardware_options
+@_hardware_settings
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table")
-def discover(
-    profile: str | None,
-    sysfs_root: Path | None,
-    config_path: Path | None,
-    node_name: str | None,
-    output: str,
-) -> None:
+def discover(settings: DrakitSettings, output: str) -> None:
     """Show the devices the enabled backends discover, with their attributes."""
-    settings = _settings(config_path, profile, sysfs_root, node_name)
     with open_host(settings) as host:
         inv = build_inventory(host)
         rows: list[dict[str, Any]] = [
@@ -131,17 +135,10 @@ def discover(
 
 
 @click.command()
-@hardware_options
+@_hardware_settings
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml")
-def slices(
-    profile: str | None,
-    sysfs_root: Path | None,
-    config_path: Path | None,
-    node_name: str | None,
-    output: str,
-) -> None:
+def slices(settings: DrakitSettings, output: str) -> None:
     """Print the ResourceSlices a node would publish (YAML you can `kubectl apply`)."""
-    settings = _settings(config_path, profile, sysfs_root, node_name)
     with open_host(settings) as host:
         objs = build_inventory(host).slices()
     if output == "json":

@@ -11,6 +11,7 @@ endpoints (GPUs, NICs) come from each backend's simulator module (``drakit_nvidi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 from drakit.sim.spec import CacheSpec, CpuSpec, PciDeviceSpec
 
@@ -45,18 +46,27 @@ RP_SPR: Bridge = (V_INTEL, 0x352A)
 PEX890XX: Bridge = (V_BROADCOM, 0xC030)
 """Broadcom/LSI PEX890xx Gen 5 switch (upstream and downstream ports)."""
 
-# (L1d, L1i, L2, L3)
-_GENOA_CACHES = (
-    CacheSpec(size_kib=32, ways=8),
-    CacheSpec(size_kib=32, ways=8),
-    CacheSpec(size_kib=1024, ways=8),
-    CacheSpec(size_kib=32768, ways=16),  # 32 MB per CCD
+
+class _Caches(TypedDict):
+    """A CPU model's cache levels, as :class:`CpuSpec` takes them."""
+
+    l1d: CacheSpec
+    l1i: CacheSpec
+    l2: CacheSpec
+    l3: CacheSpec
+
+
+_GENOA_CACHES = _Caches(
+    l1d=CacheSpec(size_kib=32, ways=8),
+    l1i=CacheSpec(size_kib=32, ways=8),
+    l2=CacheSpec(size_kib=1024, ways=8),
+    l3=CacheSpec(size_kib=32768, ways=16),  # 32 MB per CCD
 )
-_SPR_CACHES = (
-    CacheSpec(size_kib=48, ways=12),
-    CacheSpec(size_kib=32, ways=8),
-    CacheSpec(size_kib=2048, ways=16),
-    CacheSpec(size_kib=107520, ways=15),  # 105 MB per socket
+_SPR_CACHES = _Caches(
+    l1d=CacheSpec(size_kib=48, ways=12),
+    l1i=CacheSpec(size_kib=32, ways=8),
+    l2=CacheSpec(size_kib=2048, ways=16),
+    l3=CacheSpec(size_kib=107520, ways=15),  # 105 MB per socket
 )
 _AMD_FLAGS = ("fpu", "sse2", "ht", "avx2", "avx512f", "avx512_bf16", "constant_tsc")
 INTEL_FLAGS = ("fpu", "sse2", "ht", "avx2", "avx512f", "amx_tile", "amx_bf16", "constant_tsc")
@@ -86,10 +96,7 @@ def genoa_cpu(
         numa_distance_remote=32,
         memory_per_node_kib=mem_node_gib * GIB_KIB,
         flags=_AMD_FLAGS,
-        l1d=_GENOA_CACHES[0],
-        l1i=_GENOA_CACHES[1],
-        l2=_GENOA_CACHES[2],
-        l3=_GENOA_CACHES[3],
+        **_GENOA_CACHES,
     )
 
 
@@ -111,10 +118,7 @@ def spr_cpu(model_name: str, snc: int, mem_node_gib: int) -> CpuSpec:
         numa_distance_remote=21,
         memory_per_node_kib=mem_node_gib * GIB_KIB,
         flags=INTEL_FLAGS,
-        l1d=_SPR_CACHES[0],
-        l1i=_SPR_CACHES[1],
-        l2=_SPR_CACHES[2],
-        l3=_SPR_CACHES[3],
+        **_SPR_CACHES,
     )
 
 
@@ -127,8 +131,6 @@ def pci_bridge(
         vendor=ident[0],
         device=ident[1],
         class_code=CLASS_BRIDGE,
-        subsystem_vendor=ident[0],
-        subsystem_device=ident[1],
         revision=0xB0 if ident == PEX890XX else 0x00,
         driver="pcieport",
         children=children,

@@ -281,8 +281,8 @@ class PciDeviceSpec:
         vendor: vendor id (``0x10de``).
         device: device id.
         class_code: 24-bit class code (``0x030200`` 3D controller, ``0x060400`` PCI bridge).
-        subsystem_vendor: subsystem vendor id.
-        subsystem_device: subsystem device id.
+        subsystem_vendor: subsystem vendor id; ``None`` (the default): ``vendor``.
+        subsystem_device: subsystem device id; ``None`` (the default): ``device``.
         revision: revision id.
         driver: bound driver name (``driver`` symlink); ``None`` for unbound.
         children: functions on the bridge's secondary bus (bridges only).
@@ -298,8 +298,8 @@ class PciDeviceSpec:
     vendor: int
     device: int
     class_code: int
-    subsystem_vendor: int = 0
-    subsystem_device: int = 0
+    subsystem_vendor: int | None = None
+    subsystem_device: int | None = None
     revision: int = 0
     driver: str | None = None
     children: tuple[PciDeviceSpec, ...] = ()
@@ -310,6 +310,10 @@ class PciDeviceSpec:
     label: str = ""
 
     def __post_init__(self) -> None:
+        if self.subsystem_vendor is None:
+            object.__setattr__(self, "subsystem_vendor", self.vendor)
+        if self.subsystem_device is None:
+            object.__setattr__(self, "subsystem_device", self.device)
         if not BDF_PATTERN.match(self.address):
             raise SimSpecError(
                 f"PCI address {self.address!r} is not DDDD:BB:DD.F "

@@ -203,6 +203,14 @@ class BackendContract:
         """The name of :attr:`profile`."""
         return cls.profile if isinstance(cls.profile, str) else cls.profile.name
 
+    def _first_device_claim(
+        self, target: _Target, *, name: str
+    ) -> tuple[RunningNode, dict[str, Any]]:
+        """The target's node and an allocated claim ``name`` of its first device."""
+        running, devices, driver = target
+        self._require_devices(devices)
+        return running, self._claim(running, driver, devices[:1], name=name)
+
     def _claim(
         self,
         running: RunningNode,
@@ -302,11 +310,7 @@ class BackendContract:
 
     def test_prepare_is_idempotent(self, contract_target: _Target) -> None:
         """A repeated prepare answers the same; a repeated unprepare succeeds."""
-        contract_running, contract_devices, contract_driver = contract_target
-        self._require_devices(contract_devices)
-        claim = self._claim(
-            contract_running, contract_driver, contract_devices[:1], name="contract-twice"
-        )
+        contract_running, claim = self._first_device_claim(contract_target, name="contract-twice")
         first = contract_running.kubelet.prepare(claim)
         assert first.error is None, first.error
         second = contract_running.kubelet.prepare(claim)
@@ -375,11 +379,7 @@ class BackendContract:
 
     def test_cdi_files_are_not_writable_by_others(self, contract_target: _Target) -> None:
         """CDI specs (and their directory) are writable by their owner only, and stay inside it."""
-        contract_running, contract_devices, contract_driver = contract_target
-        self._require_devices(contract_devices)
-        claim = self._claim(
-            contract_running, contract_driver, contract_devices[:1], name="contract-modes"
-        )
+        contract_running, claim = self._first_device_claim(contract_target, name="contract-modes")
         out = contract_running.kubelet.prepare(claim)
         assert out.error is None, out.error
         try:

@@ -18,10 +18,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from drakit.config import validation_errors
-from drakit.errors import ConfigInvalid
+from drakit.config import parse_opaque_config
 
 __all__ = ["NIC_CONFIG_API_VERSION", "NicConfig", "RdmaConfig", "VfConfig", "parse_nic_config"]
 
@@ -86,12 +85,8 @@ def parse_nic_config(
     Raises:
         ConfigInvalid: one ``(field, message)`` per problem.
     """
-    if api_version != NIC_CONFIG_API_VERSION or kind != "NicConfig":
-        return None
-    try:
-        return NicConfig.model_validate(dict(parameters))
-    except ValidationError as e:
-        raise ConfigInvalid(validation_errors(e)) from e
+    ours = (NIC_CONFIG_API_VERSION, "NicConfig")
+    return parse_opaque_config(NicConfig, ours, api_version, kind, parameters)
 
 
 def merged(configs: tuple[Any, ...]) -> dict[str, Any]:

@@ -700,7 +700,21 @@ def _fast_vf(
         (pf_round.netdevs.get(bdf, []), pf_round.rdmas.get(bdf, []), pf_round.sys_root),
         nic.pf.pci.driver if bdf in pf_round.bound else None,
     )
-    pci = PciFunction(
+    pci = _pci_function(bdf, fixed, live, physfn=nic.pf.bdf)
+    return _function_of(pci, fixed.path, live, index)
+
+
+def _pci_function(
+    bdf: str,
+    fixed: _Fixed | PciFunction,
+    live: _Live,
+    *,
+    physfn: str | None = None,
+    sriov_totalvfs: int | None = None,
+    sriov_numvfs: int | None = None,
+) -> PciFunction:
+    """The function at ``bdf`` this round: its ``fixed`` identity and place, ``live`` the rest."""
+    return PciFunction(
         bdf=bdf,
         vendor=fixed.vendor,
         device=fixed.device,
@@ -708,11 +722,12 @@ def _fast_vf(
         numa_node=fixed.numa_node,
         chain=fixed.chain,
         driver=live.driver,
-        physfn=nic.pf.bdf,
+        sriov_totalvfs=sriov_totalvfs,
+        sriov_numvfs=sriov_numvfs,
+        physfn=physfn,
         netdevs=live.netdevs,
         rdma_devices=live.rdma_devices,
     )
-    return _function_of(pci, fixed.path, live, index)
 
 
 def _pf(root: str | Path, bdf: str, ino: int, cache: SysfsCache) -> tuple[NicFunction, str] | None:
@@ -734,18 +749,12 @@ def _pf(root: str | Path, bdf: str, ino: int, cache: SysfsCache) -> tuple[NicFun
         cache.pfs[bdf] = hit
     _, fixed, d, model, _ = hit
     live = _live(str(d), bdf, ino, cache)
-    pci = PciFunction(
-        bdf=bdf,
-        vendor=fixed.vendor,
-        device=fixed.device,
-        class_code=fixed.class_code,
-        numa_node=fixed.numa_node,
-        chain=fixed.chain,
-        driver=live.driver,
+    pci = _pci_function(
+        bdf,
+        fixed,
+        live,
         sriov_totalvfs=fixed.sriov_totalvfs,
         sriov_numvfs=_num(f"{d}/sriov_numvfs"),
-        netdevs=live.netdevs,
-        rdma_devices=live.rdma_devices,
     )
     return _function_of(pci, str(d), live, None), model
 

@@ -23,13 +23,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from drakit.config import PluginSettings, validation_errors
+from drakit.config import PluginSettings, parse_opaque_config
 from drakit.context import PluginContext
 from drakit.cpuset import parse_cpulist
 from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
-from drakit.errors import ConfigInvalid, PermanentError
+from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
     AllocatedDevice,
@@ -105,12 +105,8 @@ class CpuPlugin:
         self, api_version: str, kind: str, parameters: Mapping[str, Any]
     ) -> BaseModel | None:
         """Validate a ``CpuConfig``; errors name the field (``policy: Input should be ...``)."""
-        if api_version != CPU_CONFIG_API_VERSION or kind != "CpuConfig":
-            return None
-        try:
-            return CpuConfig.model_validate(dict(parameters))
-        except ValidationError as e:
-            raise ConfigInvalid(validation_errors(e)) from e
+        ours = (CPU_CONFIG_API_VERSION, "CpuConfig")
+        return parse_opaque_config(CpuConfig, ours, api_version, kind, parameters)
 
     def resolve_options(self, dev: AllocatedDevice, where: str, *, grouped: bool) -> PolicyOptions:
         """The policy for one allocated device (see :func:`~drakit_cpu.prepare.resolve_options`).

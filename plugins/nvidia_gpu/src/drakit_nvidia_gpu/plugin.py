@@ -16,12 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from drakit.config import PluginSettings, validation_errors
+from drakit.config import PluginSettings, parse_opaque_config
 from drakit.context import PluginContext
 from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
-from drakit.errors import ConfigInvalid, RetryableError
+from drakit.errors import RetryableError
 from drakit.hookspecs import hookimpl
 from drakit.models import (
     ClaimInfo,
@@ -123,12 +123,8 @@ class NvidiaGpuPlugin:
         self, api_version: str, kind: str, parameters: Mapping[str, Any]
     ) -> BaseModel | None:
         """Validate a ``GpuConfig``; errors name the field (``sharing.strategy: ...``)."""
-        if api_version != GPU_CONFIG_API_VERSION or kind != "GpuConfig":
-            return None
-        try:
-            return GpuConfig.model_validate(dict(parameters))
-        except ValidationError as e:
-            raise ConfigInvalid(validation_errors(e)) from e
+        ours = (GPU_CONFIG_API_VERSION, "GpuConfig")
+        return parse_opaque_config(GpuConfig, ours, api_version, kind, parameters)
 
     @hookimpl
     def drakit_prepare_devices(

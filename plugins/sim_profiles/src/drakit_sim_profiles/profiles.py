@@ -37,8 +37,6 @@ def connectx7(address: str, bus: int, rdma_name: str) -> PciDeviceSpec:
         vendor=V_MELLANOX,
         device=D_CONNECTX7,
         class_code=CLASS_INFINIBAND,
-        subsystem_vendor=V_MELLANOX,
-        subsystem_device=D_CONNECTX7,
         driver="mlx5_core",
         netdevs=(
             NetDevSpec(

@@ -202,7 +202,6 @@ def ainic_machine(
             vendor=_PENSANDO,
             device=_IONIC_PF,
             class_code=0x020000,
-            subsystem_vendor=_PENSANDO,
             subsystem_device=_POLLARA,
             driver="ionic",
             netdevs=(NetDevSpec(name=ifname, mac=f"00:ae:cd:01:{i:02x}:00", queues=16),),

@@ -41,7 +41,6 @@ def pollara(
         vendor=V_PENSANDO,
         device=D_IONIC_PF,
         class_code=CLASS_ETHERNET,
-        subsystem_vendor=V_PENSANDO,
         subsystem_device=SUBSYS_POLLARA_400,
         driver="ionic",
         netdevs=(

@@ -25,8 +25,6 @@ def mi300x(address: str, index: int) -> PciDeviceSpec:
         vendor=V_AMD_GPU,
         device=D_MI300X,
         class_code=CLASS_ACCEL,
-        subsystem_vendor=V_AMD_GPU,
-        subsystem_device=D_MI300X,
         driver="amdgpu",
         extra_files={"current_compute_partition": "SPX", "current_memory_partition": "NPS1"},
         label=f"GPU{index}",

@@ -28,8 +28,6 @@ def nvidia_gpu(address: str, device: int, index: int) -> PciDeviceSpec:
         vendor=V_NVIDIA,
         device=device,
         class_code=CLASS_3D,
-        subsystem_vendor=V_NVIDIA,
-        subsystem_device=device,
         revision=0xA1,
         driver="nvidia",
         label=f"GPU{index}",
