@@ -1,8 +1,8 @@
 """Generic platform parts for machine specs: server CPUs, PCIe root ports and switches.
 
 What every simulated machine is built on, whatever accelerators it carries: the CPU models of
-``shared/reference/cpu.md`` 4.1 and 4.2 (AMD EPYC Genoa, Intel Xeon Sapphire Rapids), the root
-ports of those platforms and the Broadcom PEX890xx Gen 5 switch (cpu.md 4.5), and
+``docs/references.md`` "CPU topology" (AMD EPYC Genoa, Intel Xeon Sapphire Rapids), the root
+ports of those platforms and the Broadcom PEX890xx Gen 5 switch, and
 :func:`pci_tree`, which merges endpoints given by their bridge path into a bridge tree. Vendor
 endpoints (GPUs, NICs) come from each backend's simulator module (``drakit_nvidia_gpu.sim``,
 ``drakit_amd_gpu.sim``, ``drakit_amd_ainic.sim``).

@@ -1,7 +1,7 @@
 """Named simulated-hardware profiles: the generic ones, vendors' through entry points.
 
 Core ships the CPU-only profiles (built from :mod:`drakit.sim.platform`, facts of
-``shared/reference/cpu.md`` sections 3 and 4). Profiles with vendor hardware come from the
+``docs/references.md``, "CPU topology"). Profiles with vendor hardware come from the
 distributions that know it, registered in the ``drakit.profiles`` entry point group
 (``name = "pkg.module:factory"``, ``factory() -> MachineSpec`` named ``name``): the reference
 GPU/NIC machines (``h200-8gpu-8ainic``, ``dgx-h100``, the MI300X boxes...) come with

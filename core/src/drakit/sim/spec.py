@@ -4,7 +4,7 @@ A :class:`MachineSpec` says *what* the hardware is; :class:`drakit.sim.SysfsBuil
 into files. Specs are frozen dataclasses so that a profile is a plain value: building it twice
 gives the same tree.
 
-Numbering follows Linux on x86 (see ``shared/reference/cpu.md`` sections 3 and 4):
+Numbering follows Linux on x86 (sources: ``docs/references.md``, "CPU topology"):
 
 * CPU ids: thread ``t`` of core ``c`` of socket ``s`` is CPU
   ``t * (sockets * cores_per_socket) + s * cores_per_socket + c``, so the first threads of all

@@ -5,7 +5,7 @@ product name, VRAM size, partition modes, DRM card and render node and RAS count
 topology (``sys/class/kfd/kfd/topology/nodes``) gives one node per compute partition, joined to
 its GPU by ``domain`` + ``location_id`` (bus and device; the kernel ORs the partition into the
 function bits) and to its render node by ``drm_render_minor``. No amd-smi is needed
-(``shared/reference/amd-gpu.md`` §2, §5).
+(sources: ``docs/references.md``, "Devices").
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 One rule set, used by the node configuration (``plugins.cpu``), the per-claim ``CpuConfig`` and
 ``drakit cpu allocate``, so a combination is rejected the same way wherever it is written. The
-rules are kubelet's (its mutually exclusive ``cpuManagerPolicyOptions``, ``shared/reference/
-cpu.md`` 1.7) plus two of drakit's own (an option that only one policy reads is an error with
-another policy, never ignored):
+rules are kubelet's (its mutually exclusive ``cpuManagerPolicyOptions``, sources in
+``docs/references.md``) plus two of drakit's own (an option that only one policy reads is an
+error with another policy, never ignored):
 
 * ``prefer_uncore`` only with ``packed`` (kubelet: ``prefer-align-cpus-by-uncorecache`` excludes
   ``distribute-cpus-across-numa`` and ``distribute-cpus-across-cores``);

@@ -5,7 +5,7 @@ The model is the one kubelet's cpumanager allocates against (``topology.CPUTopol
 machine-wide counts kubelet carries next to the per-CPU details. The allocation algorithms in
 :mod:`drakit_cpu.allocator` only use the query helpers defined here.
 
-Conventions (all kubelet's, see ``shared/reference/cpu.md`` section 1.2):
+Conventions (all kubelet's, sources in ``docs/references.md``):
 
 * ``core_id`` is the **lowest logical CPU id among the core's SMT siblings** (kubelet's
   ``getUniqueCoreID``), so it is unique machine-wide, unlike sysfs ``core_id`` which repeats per

@@ -1,6 +1,6 @@
 """The reference GPU/NIC machines, from the backends' parts and core's platform parts.
 
-Layouts from ``shared/reference/cpu.md`` 4.3 (HGX baseboard) and 4.4 (the MI300X platform
+Layouts from the sources in ``docs/references.md`` (the HGX baseboard; the MI300X platform
 table); the devices from each backend's simulator module. Every factory is a ``drakit.profiles``
 entry point of this distribution, named as its spec.
 """

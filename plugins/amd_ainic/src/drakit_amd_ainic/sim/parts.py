@@ -1,6 +1,6 @@
 """AMD Pensando Pollara 400 AINIC parts for simulated machines.
 
-Identities from ``shared/reference/devices.md`` (``1dd8:1002`` PF, ``1dd8:1003`` VF, subsystem
+Identities from the sources in ``docs/references.md`` (``1dd8:1002`` PF, ``1dd8:1003`` VF, subsystem
 ``1dd8:5201``); the firmware version is a simulation choice listed in
 ``docs/simulated-hardware.md``.
 """

@@ -1,7 +1,7 @@
 """What amdgpu and amdkfd add to a simulated tree for AMD Instinct GPUs.
 
 For every PCI function of vendor ``0x1002`` bound to ``amdgpu`` (a GPU, not a bridge) this
-writes what the kernel shows on a real node (``shared/reference/amd-gpu.md`` §2-§4):
+writes what the kernel shows on a real node (sources: ``docs/references.md``, "Devices"):
 
 * in the PCI directory: ``product_name``, ``mem_info_vram_total``,
   ``available_compute_partition`` / ``available_memory_partition`` (the current modes come

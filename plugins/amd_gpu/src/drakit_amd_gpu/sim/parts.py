@@ -1,6 +1,6 @@
 """AMD Instinct parts for simulated machines: the MI300X function and its module's bridges.
 
-Identities from ``shared/reference/amd-gpu.md`` §1.1 and ``shared/reference/cpu.md`` 4.4 (the
+Identities from the sources in ``docs/references.md`` ("Devices", "CPU topology": the
 bridges on an MI300X module, ``1002:14a0`` upstream and ``1002:14a1`` downstream). A spec with
 these GPUs lists :class:`~drakit_amd_gpu.sim.AmdGpuSysfs` in its parts for the amdgpu/KFD files.
 """

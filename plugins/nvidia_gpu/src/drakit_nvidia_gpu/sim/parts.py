@@ -1,6 +1,6 @@
 """NVIDIA parts for simulated machines: a GPU's PCI function and its fake NVML description.
 
-Identities from ``shared/reference/devices.md`` 1.1 (H100 SXM5 ``10de:2330``, H200 SXM
+Identities from the sources in ``docs/references.md`` (H100 SXM5 ``10de:2330``, H200 SXM
 ``10de:2335``); NVML facts (driver 580.126.20, CUDA 13.0, the Hopper MIG profiles) as listed in
 ``docs/simulated-hardware.md``. Profiles that combine these with other vendors' parts live in
 ``drakit-sim-profiles``.
