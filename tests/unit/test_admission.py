@@ -1,13 +1,15 @@
 """The admission engine without a cluster: opaque config validation, the review format.
 
-The plugin host is real (the installed cpu backend); what needs the API server (templates,
-events) is covered by ``tests/e2e/test_webhook.py``, and dry-run admissions here make no API
-call. The composite backend's pair pods (a pod mutator) are tested with the backend, in
-``plugins/composite/tests/test_admission.py``.
+The plugin host is real (the installed cpu and composite backends and the shipped
+strategies); what needs the API server (templates, events) is covered by
+``tests/e2e/test_webhook.py``, and dry-run admissions here make no API call. The pod mutator
+the reviews go through is the composite's pair pods; what it plans is tested with the backend,
+in ``plugins/composite/tests/test_admission.py``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -18,8 +20,9 @@ from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.kube import KubeClient
 from drakit.models import NodeInfo
-from drakit.webhook import AdmissionRequest, parse_review
+from drakit.webhook import AdmissionRequest, parse_review, to_review
 from drakit.webhook.admission import Admission
+from drakit_composite.admission import PAIRS_ANNOTATION, AdmissionSettings, PairPods
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
@@ -27,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 @pytest.fixture(scope="module")
 def host() -> PluginHost:
     return PluginHost(
-        DrakitSettings(plugins={"cpu": {}}),
+        DrakitSettings(plugins={"cpu": {}, "composite": {}}),
         NodeInfo(name="webhook", sysfs_root="/nonexistent"),
     )
 
@@ -54,7 +57,7 @@ def review(kind: str, obj: dict[str, Any], *, dry_run: bool = True, group: str =
 def engine(host: PluginHost) -> Admission:
     # dry-run reviews only: the client is never used, so it points at a closed loopback port
     api = kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
-    return Admission(host, KubeClient(api))
+    return Admission(host, KubeClient(api), [PairPods(AdmissionSettings())])
 
 
 def cpu_claim(policy: str) -> dict[str, Any]:
@@ -103,6 +106,29 @@ def test_templates_and_classes_are_checked_at_their_own_paths(engine: Admission)
     unknown["spec"]["devices"]["config"][1]["opaque"]["parameters"]["kind"] = "GpuConfig"
     res = engine.validate(parse_review(review("ResourceClaim", unknown)))
     assert "opaque.parameters.kind: no plugin of driver 'cpu.drakit.io' owns" in res.message
+
+
+def pair_pod(pairs: str) -> dict[str, Any]:
+    """A pod for the composite's pair pods, the installed mutator these reviews go through."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "train-", "annotations": {PAIRS_ANNOTATION: pairs}},
+        "spec": {"containers": [{"name": "a"}, {"name": "b", "resources": {}}]},
+    }
+
+
+def test_dry_run_pod_review_round_trip(engine: Admission) -> None:
+    req = parse_review(review("Pod", pair_pod("2")))
+    answer = to_review(req.uid, engine.mutate_pod(req))
+    assert answer["response"]["allowed"] is True
+    assert answer["response"]["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(answer["response"]["patch"]))
+    assert {"op": "add", "path": "/spec/resourceClaims", "value": [ops[1]["value"][0]]} in ops
+    bad = parse_review(review("Pod", pair_pod("x")))
+    refused = to_review(bad.uid, engine.mutate_pod(bad))["response"]
+    assert refused["allowed"] is False
+    assert PAIRS_ANNOTATION in refused["status"]["message"]
 
 
 def test_reviews_are_checked() -> None:

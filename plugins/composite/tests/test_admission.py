@@ -2,18 +2,17 @@
 
 The plugin host is real (the installed cpu and composite backends and the shipped
 strategies); what needs the API server (templates, events) is covered by
-``tests/e2e/test_webhook.py``, and dry-run admissions here make no API call. The engine's
-checks of opaque configs and of the review format are in ``tests/unit/test_admission.py``.
+``tests/e2e/test_webhook.py``, and plans here make no API call. The engine's checks of opaque
+configs and of the review format (with these pair pods as its mutator) are in
+``tests/unit/test_admission.py``.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from typing import Any
 
-import kubernetes.client
 import pytest
 
 from drakit.admission import WebhookOptions
@@ -21,10 +20,7 @@ from drakit.errors import ConfigInvalid
 from drakit.host.mutators import load_mutators
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
-from drakit.kube import KubeClient
 from drakit.models import NodeInfo
-from drakit.webhook import parse_review, to_review
-from drakit.webhook.admission import Admission
 from drakit_composite.admission import (
     CLAIM_NAME,
     PAIRS_ANNOTATION,
@@ -217,47 +213,6 @@ def test_a_taken_claim_name_is_refused(host: PluginHost) -> None:
     )
     with pytest.raises(ConfigInvalid, match="rename yours"):
         plan_pod(host, SETTINGS, p, "u")
-
-
-# -- through the engine ------------------------------------------------------------------
-
-
-def review(kind: str, obj: dict[str, Any], *, dry_run: bool = True, group: str = "") -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "7f0c",
-                "kind": {"group": group, "version": "v1", "kind": kind},
-                "operation": "CREATE",
-                "namespace": "ns",
-                "name": obj.get("metadata", {}).get("name", ""),
-                "object": obj,
-                "dryRun": dry_run,
-            },
-        }
-    ).encode()
-
-
-@pytest.fixture(scope="module")
-def engine(host: PluginHost) -> Admission:
-    # dry-run reviews only: the client is never used, so it points at a closed loopback port
-    api = kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
-    return Admission(host, KubeClient(api), [PairPods(SETTINGS)])
-
-
-def test_dry_run_pod_review_round_trip(engine: Admission) -> None:
-    req = parse_review(review("Pod", pod({PAIRS_ANNOTATION: "2"})))
-    answer = to_review(req.uid, engine.mutate_pod(req))
-    assert answer["response"]["allowed"] is True
-    assert answer["response"]["patchType"] == "JSONPatch"
-    ops = json.loads(base64.b64decode(answer["response"]["patch"]))
-    assert {"op": "add", "path": "/spec/resourceClaims", "value": [ops[1]["value"][0]]} in ops
-    bad = parse_review(review("Pod", pod({PAIRS_ANNOTATION: "x"})))
-    refused = to_review(bad.uid, engine.mutate_pod(bad))["response"]
-    assert refused["allowed"] is False
-    assert PAIRS_ANNOTATION in refused["status"]["message"]
 
 
 def test_the_webhook_loads_the_composite_pair_pods_through_its_entry_point() -> None:
