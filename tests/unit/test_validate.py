@@ -8,19 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from drakit.commands.cli import main
+from tests.clirun import run_cli
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, list[str]]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(args, capsys)
     return code, out, err.strip().splitlines()
 
 
