@@ -49,25 +49,30 @@ def test_extended_resources_and_drivers_from_configuration(
     }
 
 
-def test_a_class_nobody_publishes_is_an_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("classes", "named"),
+    [
+        pytest.param(
+            "gpu: {extended_resource_name: a.io/b}",
+            ["device_classes.gpu: no configured backend publishes this class (classes: cpu)"],
+            id="a class nobody publishes",
+        ),
+        pytest.param(
+            "cpu: {extended_resource_name: gpu}",
+            ["device_classes.cpu.extended_resource_name", "domain-prefixed"],
+            id="a bad extended resource name",
+        ),
+    ],
+)
+def test_bad_device_classes_are_an_error_naming_the_field(
+    classes: str, named: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("plugins: [cpu]\ndevice_classes:\n  gpu: {extended_resource_name: a.io/b}\n")
+    cfg.write_text(f"plugins: [cpu]\ndevice_classes:\n  {classes}\n")
     code, _, err = run_cli(["deviceclasses", "--config", str(cfg)], capsys)
     assert code == 2
-    assert "device_classes.gpu: no configured backend publishes this class (classes: cpu)" in err
-
-
-def test_bad_extended_resource_names_the_field(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("plugins: [cpu]\ndevice_classes:\n  cpu: {extended_resource_name: gpu}\n")
-    code, _, err = run_cli(["deviceclasses", "--config", str(cfg)], capsys)
-    assert code == 2
-    assert "device_classes.cpu.extended_resource_name" in err
-    assert "domain-prefixed" in err
+    for text in named:
+        assert text in err
 
 
 def test_two_plugins_publishing_one_name_is_an_error() -> None:
