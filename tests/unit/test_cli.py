@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -17,7 +15,7 @@ from typing import Any
 import click
 import pytest
 import yaml
-from tests.clirun import run_cli
+from tests.clirun import run_cli, run_cli_process
 
 from drakit.commands.cli import cli, main
 from drakit.sim import UnknownProfileError, list_profiles
@@ -186,24 +184,9 @@ def test_verbose_raises_instead_of_one_line() -> None:
 
 
 def test_verbose_prints_a_traceback_in_a_real_process() -> None:
-    argv = ["-c", "from drakit.commands.cli import main; main()"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAKIT_")}
-    quiet = subprocess.run(
-        [sys.executable, *argv, "discover", "--profile", "h100-16gpu"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    loud = subprocess.run(
-        [sys.executable, *argv, "-v", "discover", "--profile", "h100-16gpu"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    quiet = run_cli_process(["discover", "--profile", "h100-16gpu"], env=env)
+    loud = run_cli_process(["-v", "discover", "--profile", "h100-16gpu"], env=env)
     assert quiet.returncode == 2
     assert "Traceback" not in quiet.stderr
     assert len(quiet.stderr.strip().splitlines()) == 1

@@ -8,7 +8,6 @@ Plugins are real: the installed backends, the third-party fixture distribution
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from tests.clirun import run_cli_process
 
 from drakit import hookimpl
 from drakit.commands.cli import main
@@ -256,24 +256,26 @@ def test_plugin_whose_constructor_fails_is_named(entry_points: EntryPoints) -> N
     assert "no licence" in str(exc.value)
 
 
-def test_hookimpl_with_a_wrong_argument_name_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("name", "impl", "named"),
+    [
+        pytest.param(
+            "misspelt",
+            WrongArgumentName,
+            ["does not match the hook contract", "nod"],
+            id="a wrong argument name",
+        ),
+        pytest.param("typo", UnknownHook, ["drakit_discover_device"], id="an unknown hook"),
+    ],
+)
+def test_a_bad_hookimpl_is_refused_naming_the_registered_plugin(
+    name: str, impl: type, named: list[str]
+) -> None:
     with pytest.raises(PluginLoadError) as exc:
-        make_host({}, extra={"misspelt": WrongArgumentName()})
-    assert exc.value.plugin == "misspelt"
-    assert "does not match the hook contract" in str(exc.value)
-    assert "nod" in str(exc.value)
-
-
-def test_hookimpl_for_an_unknown_hook_is_refused() -> None:
-    with pytest.raises(PluginLoadError) as exc:
-        make_host({}, extra={"typo": UnknownHook()})
-    assert "drakit_discover_device" in str(exc.value)
-
-
-def test_unknown_hook_error_names_the_registered_plugin() -> None:
-    with pytest.raises(PluginLoadError) as exc:
-        make_host({}, extra={"typo": UnknownHook()})
-    assert exc.value.plugin == "typo"
+        make_host({}, extra={name: impl()})
+    assert exc.value.plugin == name
+    for text in named:
+        assert text in str(exc.value)
 
 
 # -- the third-party distribution: configuration alone ------------------------------------------
@@ -450,22 +452,8 @@ def test_cli_process_prints_no_traceback_for_a_failing_discovery(
 ) -> None:
     config = _boom_config(entry_points, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(entry_points.site), *sys.path])}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from drakit.commands.cli import main; main()",
-            "discover",
-            "--config",
-            str(config),
-            "--profile",
-            "minimal-1s",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
+    proc = run_cli_process(
+        ["discover", "--config", str(config), "--profile", "minimal-1s"], env=env
     )
     assert proc.returncode == 2
     assert "plugin 'boom' failed in drakit_discover_devices" in proc.stderr
