@@ -89,24 +89,25 @@ def test_gets_reuse_one_keep_alive_connection(handler: type[_Handler], kube: Kub
     assert len(handler.connections) == 1
 
 
-def test_a_connection_the_server_dropped_is_replaced_and_the_get_succeeds(
-    handler: type[_Handler], kube: KubeClient
+@pytest.mark.parametrize(
+    "switch",
+    [
+        # each connection dropped after its reply: one per GET
+        pytest.param("drop_after_reply", id="dropped after the reply"),
+        # The race the pool's dropped-connection check cannot see: the server closes the
+        # kept-alive connection just as the next request goes out on it; retried once on a new
+        # one, so every second request on a connection moves on.
+        pytest.param("close_on_second", id="closed as the request arrives"),
+    ],
+)
+def test_a_connection_the_server_closed_is_replaced_and_the_get_succeeds(
+    handler: type[_Handler], kube: KubeClient, switch: str
 ) -> None:
-    handler.drop_after_reply = True
+    setattr(handler, switch, True)
     for _ in range(3):
-        assert kube.get_resource_claim("ns", "c")["metadata"]["name"] == "c"
-    assert len(handler.connections) == 3  # one per GET: each was dropped after its reply
-
-
-def test_a_connection_closed_as_the_request_arrives_is_retried_once_on_a_new_one(
-    handler: type[_Handler], kube: KubeClient
-) -> None:
-    # The race the pool's dropped-connection check cannot see: the server closes the kept-alive
-    # connection just as the next request goes out on it.
-    handler.close_on_second = True
-    for _ in range(3):
-        assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"
-    assert len(handler.connections) == 3  # every second request on a connection moved on
+        meta = kube.get_resource_claim("ns", "c")["metadata"]
+        assert (meta["name"], meta["uid"]) == ("c", "u")
+    assert len(handler.connections) == 3
 
 
 def test_error_status_keeps_the_connection_and_names_the_request(
