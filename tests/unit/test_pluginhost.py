@@ -348,28 +348,31 @@ def test_enrichment_agreeing_with_the_owner_is_accepted() -> None:
     assert disc.devices[fpga_key("fpga-0")].attributes["slot"].value == 0
 
 
-def test_enrichment_conflict_between_plugins_names_both() -> None:
-    host = make_host(
-        {"example_fpga": {"count": 1}},
-        extra={"rack-a": RackLabel("r1"), "rack-b": RackLabel("r2")},
-    )
+@pytest.mark.parametrize(
+    ("plugins", "extra", "named"),
+    [
+        pytest.param(
+            {"example_fpga": {"count": 1}},
+            {"rack-a": RackLabel("r1"), "rack-b": RackLabel("r2")},
+            ["'rack-a'", "'rack-b'", "example.com/rack", "fpga-0"],
+            id="two enrichments conflict",
+        ),
+        pytest.param(
+            {"example_fpga": {}},
+            {"liar": SetAttribute(fpga_key("fpga-0"), "slot", 9)},
+            ["'liar'", "'example_fpga'"],
+            id="an enrichment overwrites the owner's attribute",
+        ),
+    ],
+)
+def test_conflicting_enrichment_is_refused_naming_both_plugins(
+    plugins: dict[str, dict[str, Any]], extra: dict[str, object], named: list[str]
+) -> None:
+    host = make_host(plugins, extra=extra)
     with pytest.raises(PermanentError) as exc:
         host.discover()
-    text = str(exc.value)
-    assert "'rack-a'" in text
-    assert "'rack-b'" in text
-    assert "example.com/rack" in text
-    assert "fpga-0" in text
-
-
-def test_enrichment_may_not_overwrite_the_owners_attribute() -> None:
-    host = make_host(
-        {"example_fpga": {}}, extra={"liar": SetAttribute(fpga_key("fpga-0"), "slot", 9)}
-    )
-    with pytest.raises(PermanentError) as exc:
-        host.discover()
-    assert "'liar'" in str(exc.value)
-    assert "'example_fpga'" in str(exc.value)
+    for text in named:
+        assert text in str(exc.value)
 
 
 def test_enrichment_of_an_unknown_device_is_refused() -> None:
