@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.helmchart import REPO_ROOT
+from tests.uvbin import uv
 
 INSTALL = REPO_ROOT / "deployments" / "image" / "install.sh"
 BACKENDS = {
@@ -29,15 +30,6 @@ BACKENDS = {
 }
 
 pytestmark = pytest.mark.slow
-
-
-def uv() -> str:
-    return subprocess.run(
-        ["bash", str(REPO_ROOT / "hack" / "ensure-uv.sh")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
 
 
 def base_python() -> str:

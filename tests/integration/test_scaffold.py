@@ -24,21 +24,13 @@ from pathlib import Path
 
 import pytest
 from tests.public_api import REPO_ROOT, drakit_imports, public_modules, top_level
+from tests.uvbin import uv
 
 pytestmark = pytest.mark.slow
 
 NAME = "acme_fpga"
 CLI = "from drakit.commands.cli import main; main()"
 MYPY_CACHE = Path.home() / ".cache" / "drakit" / "scaffold-mypy"
-
-
-def uv() -> str:
-    return subprocess.run(
-        ["bash", str(REPO_ROOT / "hack" / "ensure-uv.sh")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
 
 
 def clean_env() -> dict[str, str]:

@@ -1,8 +1,10 @@
-"""The admission engine without a cluster: pod plans, config validation, the review format.
+"""The admission engine without a cluster: opaque config validation, the review format.
 
 The plugin host is real (the installed cpu and composite backends and the shipped
 strategies); what needs the API server (templates, events) is covered by
-``tests/e2e/test_webhook.py``, and dry-run admissions here make no API call.
+``tests/e2e/test_webhook.py``, and dry-run admissions here make no API call. The pod mutator
+the reviews go through is the composite's pair pods; what it plans is tested with the backend,
+in ``plugins/composite/tests/test_admission.py``.
 """
 
 from __future__ import annotations
@@ -14,28 +16,15 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from drakit.admission import WebhookOptions
-from drakit.errors import ConfigInvalid
-from drakit.host.mutators import load_mutators
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.kube import KubeClient
 from drakit.models import NodeInfo
 from drakit.webhook import AdmissionRequest, parse_review, to_review
 from drakit.webhook.admission import Admission
-from drakit_composite.admission import (
-    CLAIM_NAME,
-    PAIRS_ANNOTATION,
-    POLICY_ANNOTATION,
-    TEMPLATE_ANNOTATION,
-    AdmissionSettings,
-    PairPods,
-    plan_pod,
-)
+from drakit_composite.admission import PAIRS_ANNOTATION, AdmissionSettings, PairPods
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
-
-SETTINGS = AdmissionSettings()
 
 
 @pytest.fixture(scope="module")
@@ -44,175 +33,6 @@ def host() -> PluginHost:
         DrakitSettings(plugins={"cpu": {}, "composite": {}}),
         NodeInfo(name="webhook", sysfs_root="/nonexistent"),
     )
-
-
-def pod(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "train-", "annotations": annotations or {}},
-        "spec": {"containers": [{"name": "a"}, {"name": "b", "resources": {}}], **spec},
-    }
-
-
-def apply_patch(obj: dict[str, Any], patch: tuple[dict[str, Any], ...]) -> dict[str, Any]:
-    """RFC 6902 ``add`` (all the engine emits), applied as the API server would."""
-    out: dict[str, Any] = json.loads(json.dumps(obj))
-    for op in patch:
-        assert op["op"] == "add"
-        *parents, last = [
-            p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
-        ]
-        target: Any = out
-        for p in parents:
-            target = target[int(p)] if isinstance(target, list) else target[p]
-        if isinstance(target, list):
-            target.append(op["value"]) if last == "-" else target.insert(int(last), op["value"])
-        else:
-            target[last] = op["value"]
-    return out
-
-
-def devices(plan: Any) -> dict[str, Any]:
-    return plan.template["spec"]["spec"]["devices"]  # type: ignore[no-any-return]
-
-
-def test_a_pod_without_the_annotation_is_left_alone(host: PluginHost) -> None:
-    assert plan_pod(host, SETTINGS, pod(), "uid-1") is None
-
-
-def test_none_is_a_plain_count_and_the_pod_gets_its_claim(host: PluginHost) -> None:
-    plan = plan_pod(host, SETTINGS, pod({PAIRS_ANNOTATION: "4"}), "uid-1")
-    assert plan is not None
-    assert devices(plan) == {
-        "requests": [{"name": "pairs", "exactly": {"deviceClassName": "gpu-nic-pair", "count": 4}}]
-    }
-    name = plan.template["metadata"]["name"]
-    assert name.startswith("train-gpu-nic-pairs-")
-    mutated = apply_patch(pod({PAIRS_ANNOTATION: "4"}), plan.patch)
-    assert mutated["metadata"]["annotations"][TEMPLATE_ANNOTATION] == name
-    assert mutated["spec"]["resourceClaims"] == [
-        {"name": CLAIM_NAME, "resourceClaimTemplateName": name}
-    ]
-    for c in mutated["spec"]["containers"]:
-        assert c["resources"]["claims"] == [{"name": CLAIM_NAME}]
-    # what the claim made from the template carries, so validation can recognise it
-    assert plan.template["spec"]["metadata"]["annotations"] == {
-        PAIRS_ANNOTATION: "4",
-        POLICY_ANNOTATION: "none",
-        TEMPLATE_ANNOTATION: name,
-    }
-
-
-def test_existing_claims_and_annotations_are_kept(host: PluginHost) -> None:
-    before = pod(
-        {PAIRS_ANNOTATION: "2", "team": "x"},
-        resourceClaims=[{"name": "cpus", "resourceClaimTemplateName": "cpus"}],
-    )
-    before["spec"]["containers"][0]["resources"] = {"claims": [{"name": "cpus"}]}
-    plan = plan_pod(host, SETTINGS, before, "uid-2")
-    assert plan is not None
-    after = apply_patch(before, plan.patch)
-    assert [c["name"] for c in after["spec"]["resourceClaims"]] == ["cpus", CLAIM_NAME]
-    assert after["spec"]["containers"][0]["resources"]["claims"] == [
-        {"name": "cpus"},
-        {"name": CLAIM_NAME},
-    ]
-    assert after["metadata"]["annotations"]["team"] == "x"
-
-
-def test_preferred_is_a_ladder_numa_then_socket_then_anywhere(host: PluginHost) -> None:
-    plan = plan_pod(
-        host, SETTINGS, pod({PAIRS_ANNOTATION: "4", POLICY_ANNOTATION: "preferred"}), "u"
-    )
-    assert plan is not None
-    spec = devices(plan)
-    [request] = spec["requests"]
-    assert [s["name"] for s in request["firstAvailable"]] == ["aligned", "fallback-1", "any"]
-    assert {s["count"] for s in request["firstAvailable"]} == {4}
-    assert spec["constraints"] == [
-        {"requests": ["pairs/aligned"], "matchAttribute": "resource.kubernetes.io/numaNode"},
-        {"requests": ["pairs/fallback-1"], "matchAttribute": "pairs.composite.drakit.io/socket"},
-    ]
-
-
-def test_required_is_one_hard_constraint(host: PluginHost) -> None:
-    plan = plan_pod(
-        host, SETTINGS, pod({PAIRS_ANNOTATION: "4", POLICY_ANNOTATION: "required"}), "u"
-    )
-    assert plan is not None
-    assert devices(plan) == {
-        "requests": [{"name": "pairs", "exactly": {"deviceClassName": "gpu-nic-pair", "count": 4}}],
-        "constraints": [
-            {"requests": ["pairs"], "matchAttribute": "resource.kubernetes.io/numaNode"}
-        ],
-    }
-
-
-@pytest.mark.parametrize("how", ["flag", "label"])
-def test_kueue_mode_emits_exactly_only(host: PluginHost, how: str) -> None:
-    settings = AdmissionSettings(kueue=how == "flag")
-    p = pod({PAIRS_ANNOTATION: "4", POLICY_ANNOTATION: "preferred"})
-    if how == "label":
-        p["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
-    plan = plan_pod(host, settings, p, "u")
-    assert plan is not None
-    assert all("exactly" in r for r in devices(plan)["requests"])
-    assert "constraints" not in devices(plan)
-    [warning] = plan.warnings
-    assert "Kueue rejects" in warning
-    required = plan_pod(
-        host,
-        settings,
-        {
-            **p,
-            "metadata": {
-                **p["metadata"],
-                "annotations": {PAIRS_ANNOTATION: "4", POLICY_ANNOTATION: "required"},
-            },
-        },
-        "u",
-    )
-    assert required is not None
-    assert all("exactly" in r for r in devices(required)["requests"])
-
-
-def test_readmission_is_idempotent(host: PluginHost) -> None:
-    first = pod({PAIRS_ANNOTATION: "3", POLICY_ANNOTATION: "preferred"})
-    plan = plan_pod(host, SETTINGS, first, "uid-a")
-    assert plan is not None
-    mutated = apply_patch(first, plan.patch)
-    assert plan_pod(host, SETTINGS, mutated, "uid-b") is None
-
-
-@pytest.mark.parametrize(
-    ("annotations", "named"),
-    [
-        ({PAIRS_ANNOTATION: "four"}, PAIRS_ANNOTATION),
-        ({PAIRS_ANNOTATION: "0"}, PAIRS_ANNOTATION),
-        ({PAIRS_ANNOTATION: "129"}, PAIRS_ANNOTATION),
-        ({PAIRS_ANNOTATION: "2", POLICY_ANNOTATION: "strict"}, POLICY_ANNOTATION),
-    ],
-)
-def test_bad_annotations_are_refused_naming_the_annotation(
-    host: PluginHost, annotations: dict[str, str], named: str
-) -> None:
-    with pytest.raises(ConfigInvalid) as info:
-        plan_pod(host, SETTINGS, pod(annotations), "u")
-    [(path, message)] = info.value.errors
-    assert path == f"metadata.annotations[{named}]"
-    assert "use one of" in message or "example" in message
-
-
-def test_a_taken_claim_name_is_refused(host: PluginHost) -> None:
-    p = pod(
-        {PAIRS_ANNOTATION: "2"}, resourceClaims=[{"name": CLAIM_NAME, "resourceClaimName": "x"}]
-    )
-    with pytest.raises(ConfigInvalid, match="rename yours"):
-        plan_pod(host, SETTINGS, p, "u")
-
-
-# -- the engine behind the review format -----------------------------------------------------
 
 
 def review(kind: str, obj: dict[str, Any], *, dry_run: bool = True, group: str = "") -> bytes:
@@ -237,7 +57,7 @@ def review(kind: str, obj: dict[str, Any], *, dry_run: bool = True, group: str =
 def engine(host: PluginHost) -> Admission:
     # dry-run reviews only: the client is never used, so it points at a closed loopback port
     api = kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
-    return Admission(host, KubeClient(api), [PairPods(SETTINGS)])
+    return Admission(host, KubeClient(api), [PairPods(AdmissionSettings())])
 
 
 def cpu_claim(policy: str) -> dict[str, Any]:
@@ -288,14 +108,24 @@ def test_templates_and_classes_are_checked_at_their_own_paths(engine: Admission)
     assert "opaque.parameters.kind: no plugin of driver 'cpu.drakit.io' owns" in res.message
 
 
+def pair_pod(pairs: str) -> dict[str, Any]:
+    """A pod for the composite's pair pods, the installed mutator these reviews go through."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "train-", "annotations": {PAIRS_ANNOTATION: pairs}},
+        "spec": {"containers": [{"name": "a"}, {"name": "b", "resources": {}}]},
+    }
+
+
 def test_dry_run_pod_review_round_trip(engine: Admission) -> None:
-    req = parse_review(review("Pod", pod({PAIRS_ANNOTATION: "2"})))
+    req = parse_review(review("Pod", pair_pod("2")))
     answer = to_review(req.uid, engine.mutate_pod(req))
     assert answer["response"]["allowed"] is True
     assert answer["response"]["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(answer["response"]["patch"]))
     assert {"op": "add", "path": "/spec/resourceClaims", "value": [ops[1]["value"][0]]} in ops
-    bad = parse_review(review("Pod", pod({PAIRS_ANNOTATION: "x"})))
+    bad = parse_review(review("Pod", pair_pod("x")))
     refused = to_review(bad.uid, engine.mutate_pod(bad))["response"]
     assert refused["allowed"] is False
     assert PAIRS_ANNOTATION in refused["status"]["message"]
@@ -306,16 +136,7 @@ def test_reviews_are_checked() -> None:
         parse_review(b'{"kind": "Pod"}')
     with pytest.raises(ValueError, match=r"admission.k8s.io/v1"):
         parse_review(b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1"}')
-    assert isinstance(parse_review(review("Pod", pod())), AdmissionRequest)
-
-
-def test_the_webhook_loads_the_composite_pair_pods_through_its_entry_point() -> None:
-    options = WebhookOptions(kueue=True, flags={"pair_class": "my-pairs"})
-    [mutator] = load_mutators(options, {"composite": "pairs.example.com"})
-    assert isinstance(mutator, PairPods)
-    assert mutator.settings == AdmissionSettings(
-        kueue=True, pair_class="my-pairs", pairs_driver="pairs.example.com"
+    assert isinstance(
+        parse_review(review("Pod", {"apiVersion": "v1", "kind": "Pod", "metadata": {}})),
+        AdmissionRequest,
     )
-    [default] = load_mutators(WebhookOptions(), {})
-    assert isinstance(default, PairPods)
-    assert default.settings == SETTINGS

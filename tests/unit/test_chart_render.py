@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.clirun import run_cli
 from tests.helmchart import (
     BACKEND_SETS,
     CHART,
@@ -26,8 +27,6 @@ from tests.helmchart import (
     helm_binary,
     one,
 )
-
-from drakit.commands.cli import main
 
 # The first test may build helm on a cold cache (make test builds it beforehand).
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("clean_drakit_env")]
@@ -350,27 +349,16 @@ def test_rendered_config_is_valid_for_drakit(
     config = tmp_path / "drakit.yaml"
     objects = helm.template(backend_values(BACKEND_SETS[backend_set]))
     config.write_text(one(objects, "ConfigMap")["data"]["drakit.yaml"])
-    code, out, err = run_drakit(["config", "validate", str(config)], capsys)
+    code, out, err = run_cli(["config", "validate", str(config)], capsys)
     assert (code, err) == (0, "")
     assert out == f"{config}: valid ({', '.join(enabled)})\n"
-
-
-def run_drakit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run ``drakit ARGV`` in-process; return (exit code, stdout, stderr)."""
-    code: int | str | None = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return (code if isinstance(code, int) else 1), out, err
 
 
 def _printed_and_rendered_classes(
     objects: list[dict[str, Any]], config: Path, capsys: pytest.CaptureFixture[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Class name -> spec, as ``drakit deviceclasses --config`` prints them and as rendered."""
-    code, out, err = run_drakit(["deviceclasses", "--config", str(config), "-o", "json"], capsys)
+    code, out, err = run_cli(["deviceclasses", "--config", str(config), "-o", "json"], capsys)
     assert (code, err) == (0, "")
     printed = json.loads(out)
     items = printed["items"] if isinstance(printed, dict) else printed
@@ -433,7 +421,7 @@ def test_locked_in_shares_from_values(
     config = tmp_path / "drakit.yaml"
     config.write_text(one(objects, "ConfigMap")["data"]["drakit.yaml"])
     assert drakit_yaml(objects)["plugins"]["composite"]["locked"][0]["shares"] == 4
-    code, _out, err = run_drakit(["config", "validate", str(config)], capsys)
+    code, _out, err = run_cli(["config", "validate", str(config)], capsys)
     assert (code, err) == (0, "")
     want, got = _printed_and_rendered_classes(objects, config, capsys)
     assert set(got) == set(want) == {"cpu", "cpu-share"}

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 import click
 import pytest
 import yaml
+from tests.clirun import run_cli, run_cli_process
 
 from drakit.commands.cli import cli, main
 from drakit.sim import UnknownProfileError, list_profiles
@@ -24,19 +23,8 @@ from drakit.sim import UnknownProfileError, list_profiles
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run ``drakit ARGV``; return (exit code, stdout, stderr)."""
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_discover_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["discover", "--profile", "minimal-1s", "-o", "json"], capsys)
+    code, out, err = run_cli(["discover", "--profile", "minimal-1s", "-o", "json"], capsys)
     assert (code, err) == (0, "")
     rows = json.loads(out)
     assert [(r["driver"], r["pool"], r["plugin"]) for r in rows] == [
@@ -49,7 +37,7 @@ def test_discover_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_discover_yaml_and_node_name(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(
+    code, out, _ = run_cli(
         ["discover", "--profile", "h200-8gpu-8ainic", "--node-name", "gpu-node-7", "-o", "yaml"],
         capsys,
     )
@@ -61,7 +49,7 @@ def test_discover_yaml_and_node_name(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_discover_table(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["discover", "--profile", "minimal-1s"], capsys)
+    code, out, _ = run_cli(["discover", "--profile", "minimal-1s"], capsys)
     assert code == 0
     assert "devices on minimal-1s" in out
     assert "cpu.drakit.io" in out
@@ -77,7 +65,7 @@ def _slices(out: str) -> list[dict[str, Any]]:
 
 
 def test_slices_yaml_are_resource_slices(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["slices", "--profile", "h200-8gpu-8ainic", "-o", "yaml"], capsys)
+    code, out, err = run_cli(["slices", "--profile", "h200-8gpu-8ainic", "-o", "yaml"], capsys)
     assert (code, err) == (0, "")
     docs = _slices(out)
     devices = [d for d in docs if "sharedCounters" not in d["spec"]]
@@ -98,7 +86,7 @@ def test_slices_yaml_are_resource_slices(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_slices_json_is_a_list(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["slices", "--profile", "minimal-1s", "-o", "json"], capsys)
+    code, out, _ = run_cli(["slices", "--profile", "minimal-1s", "-o", "json"], capsys)
     assert code == 0
     doc = json.loads(out)
     assert (doc["apiVersion"], doc["kind"]) == ("v1", "List")
@@ -107,8 +95,8 @@ def test_slices_json_is_a_list(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_slices_are_the_same_twice(capsys: pytest.CaptureFixture[str]) -> None:
-    _, first, _ = run(["slices", "--profile", "mi300x-8gpu-8ainic"], capsys)
-    _, second, _ = run(["slices", "--profile", "mi300x-8gpu-8ainic"], capsys)
+    _, first, _ = run_cli(["slices", "--profile", "mi300x-8gpu-8ainic"], capsys)
+    _, second, _ = run_cli(["slices", "--profile", "mi300x-8gpu-8ainic"], capsys)
     assert first == second
 
 
@@ -116,8 +104,8 @@ def test_sysfs_root_reads_the_same_hardware_as_the_profile(
     profile_root: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = profile_root("h200-8gpu-8ainic")
-    _, by_profile, _ = run(["slices", "--profile", "h200-8gpu-8ainic"], capsys)
-    code, by_root, err = run(
+    _, by_profile, _ = run_cli(["slices", "--profile", "h200-8gpu-8ainic"], capsys)
+    code, by_root, err = run_cli(
         ["slices", "--sysfs-root", str(root), "--node-name", "h200-8gpu-8ainic"], capsys
     )
     assert (code, err) == (0, "")
@@ -127,7 +115,7 @@ def test_sysfs_root_reads_the_same_hardware_as_the_profile(
 def test_config_file_selects_plugins(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "drakit.yaml"
     config.write_text("plugins:\n  example_fpga:\n    count: 2\n", encoding="utf-8")
-    code, out, _ = run(
+    code, out, _ = run_cli(
         ["discover", "--config", str(config), "--profile", "minimal-1s", "-o", "json"], capsys
     )
     assert code == 0
@@ -135,13 +123,13 @@ def test_config_file_selects_plugins(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_profiles_lists_every_profile(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["profiles"], capsys)
+    code, out, _ = run_cli(["profiles"], capsys)
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()] == list_profiles()
 
 
 def test_unknown_profile_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["discover", "--profile", "h100-16gpu"], capsys)
+    code, out, err = run_cli(["discover", "--profile", "h100-16gpu"], capsys)
     assert code == 2
     assert out == ""
     [line] = err.strip().splitlines()
@@ -154,7 +142,7 @@ def test_unknown_profile_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) 
 def test_bad_config_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "drakit.yaml"
     config.write_text("plugins:\n  cpu:\n    reserved: lots\n", encoding="utf-8")
-    code, _, err = run(["slices", "--config", str(config), "--profile", "minimal-1s"], capsys)
+    code, _, err = run_cli(["slices", "--config", str(config), "--profile", "minimal-1s"], capsys)
     assert code == 2
     [line] = err.strip().splitlines()
     assert "plugins.cpu.reserved" in line
@@ -165,26 +153,26 @@ def test_plugin_not_installed_is_one_line_exit_2(
 ) -> None:
     config = tmp_path / "drakit.yaml"
     config.write_text("plugins: [cpu, tpu]\n", encoding="utf-8")
-    code, _, err = run(["discover", "--config", str(config), "--profile", "minimal-1s"], capsys)
+    code, _, err = run_cli(["discover", "--config", str(config), "--profile", "minimal-1s"], capsys)
     assert code == 2
     [line] = err.strip().splitlines()
     assert line.startswith("drakit: error: plugin 'tpu': not installed")
 
 
 def test_missing_sysfs_root_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["discover", "--sysfs-root", "/nonexistent/drakit"], capsys)
+    code, _, err = run_cli(["discover", "--sysfs-root", "/nonexistent/drakit"], capsys)
     assert code == 2
     assert "/nonexistent/drakit" in err
 
 
 def test_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["discovr"], capsys)
+    code, _, err = run_cli(["discovr"], capsys)
     assert code == 2
     assert "discovr" in err
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["--help"], capsys)
+    code, out, _ = run_cli(["--help"], capsys)
     assert code == 0
     for command in ("discover", "slices", "plugins", "profiles", "config"):
         assert command in out
@@ -196,24 +184,9 @@ def test_verbose_raises_instead_of_one_line() -> None:
 
 
 def test_verbose_prints_a_traceback_in_a_real_process() -> None:
-    argv = ["-c", "from drakit.commands.cli import main; main()"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAKIT_")}
-    quiet = subprocess.run(
-        [sys.executable, *argv, "discover", "--profile", "h100-16gpu"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    loud = subprocess.run(
-        [sys.executable, *argv, "-v", "discover", "--profile", "h100-16gpu"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    quiet = run_cli_process(["discover", "--profile", "h100-16gpu"], env=env)
+    loud = run_cli_process(["-v", "discover", "--profile", "h100-16gpu"], env=env)
     assert quiet.returncode == 2
     assert "Traceback" not in quiet.stderr
     assert len(quiet.stderr.strip().splitlines()) == 1

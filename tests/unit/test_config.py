@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.clirun import run_cli
 
-from drakit.commands.cli import main
 from drakit.errors import ConfigInvalid
 from drakit.host.loader import installed_plugins
 from drakit.host.settings import load_settings
@@ -26,13 +26,7 @@ def write(tmp_path: Path, text: str, name: str = "drakit.yaml") -> Path:
 
 def validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Run ``drakit config validate PATH``; return (exit code, stdout, stderr)."""
-    code = 0
-    try:
-        main(["config", "validate", str(path)])
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(["config", "validate", str(path)], capsys)
 
 
 # -- loading and overriding ----------------------------------------------------------------------

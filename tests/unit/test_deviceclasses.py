@@ -6,25 +6,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.clirun import run_cli
 
-from drakit.commands.cli import main
 from drakit.deviceclasses import DeviceClassSettings, DeviceClassSpec, render_device_classes
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_default_backends(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["deviceclasses"], capsys)
+    code, out, err = run_cli(["deviceclasses"], capsys)
     assert (code, err) == (0, "")
     docs = list(yaml.safe_load_all(out))
     assert [d["metadata"]["name"] for d in docs] == [
@@ -50,7 +40,7 @@ def test_extended_resources_and_drivers_from_configuration(
         "plugins:\n  nvidia_gpu: {driver: gpu.example.com}\n"
         "device_classes:\n  nvidia-gpu: {extended_resource_name: nvidia.com/gpu}\n"
     )
-    code, out, _ = run(["deviceclasses", "--config", str(cfg), "-o", "json"], capsys)
+    code, out, _ = run_cli(["deviceclasses", "--config", str(cfg), "-o", "json"], capsys)
     assert code == 0
     [klass] = yaml.safe_load(out)["items"]
     assert klass["spec"] == {
@@ -59,25 +49,30 @@ def test_extended_resources_and_drivers_from_configuration(
     }
 
 
-def test_a_class_nobody_publishes_is_an_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("classes", "named"),
+    [
+        pytest.param(
+            "gpu: {extended_resource_name: a.io/b}",
+            ["device_classes.gpu: no configured backend publishes this class (classes: cpu)"],
+            id="a class nobody publishes",
+        ),
+        pytest.param(
+            "cpu: {extended_resource_name: gpu}",
+            ["device_classes.cpu.extended_resource_name", "domain-prefixed"],
+            id="a bad extended resource name",
+        ),
+    ],
+)
+def test_bad_device_classes_are_an_error_naming_the_field(
+    classes: str, named: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("plugins: [cpu]\ndevice_classes:\n  gpu: {extended_resource_name: a.io/b}\n")
-    code, _, err = run(["deviceclasses", "--config", str(cfg)], capsys)
+    cfg.write_text(f"plugins: [cpu]\ndevice_classes:\n  {classes}\n")
+    code, _, err = run_cli(["deviceclasses", "--config", str(cfg)], capsys)
     assert code == 2
-    assert "device_classes.gpu: no configured backend publishes this class (classes: cpu)" in err
-
-
-def test_bad_extended_resource_names_the_field(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("plugins: [cpu]\ndevice_classes:\n  cpu: {extended_resource_name: gpu}\n")
-    code, _, err = run(["deviceclasses", "--config", str(cfg)], capsys)
-    assert code == 2
-    assert "device_classes.cpu.extended_resource_name" in err
-    assert "domain-prefixed" in err
+    for text in named:
+        assert text in err
 
 
 def test_two_plugins_publishing_one_name_is_an_error() -> None:

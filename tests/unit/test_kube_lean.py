@@ -69,51 +69,50 @@ def server() -> Iterator[tuple[ThreadingHTTPServer, type[_Handler]]]:
     srv.server_close()
 
 
-def _client(srv: ThreadingHTTPServer) -> KubeClient:
-    host, port = srv.server_address[:2]
+@pytest.fixture
+def handler(server: tuple[ThreadingHTTPServer, type[_Handler]]) -> type[_Handler]:
+    """The test server's handler class: its switches and the connections it saw."""
+    return server[1]
+
+
+@pytest.fixture
+def kube(server: tuple[ThreadingHTTPServer, type[_Handler]]) -> KubeClient:
+    """A client of the test server."""
+    host, port = server[0].server_address[:2]
     cfg = kubernetes.client.Configuration(host=f"http://{host!s}:{port}")
     return KubeClient(kubernetes.client.ApiClient(cfg), request_timeout=5)
 
 
-def test_gets_reuse_one_keep_alive_connection(
-    server: tuple[ThreadingHTTPServer, type[_Handler]],
-) -> None:
-    srv, handler = server
-    kube = _client(srv)
+def test_gets_reuse_one_keep_alive_connection(handler: type[_Handler], kube: KubeClient) -> None:
     for _ in range(5):
         assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"
     assert len(handler.connections) == 1
 
 
-def test_a_connection_the_server_dropped_is_replaced_and_the_get_succeeds(
-    server: tuple[ThreadingHTTPServer, type[_Handler]],
+@pytest.mark.parametrize(
+    "switch",
+    [
+        # each connection dropped after its reply: one per GET
+        pytest.param("drop_after_reply", id="dropped after the reply"),
+        # The race the pool's dropped-connection check cannot see: the server closes the
+        # kept-alive connection just as the next request goes out on it; retried once on a new
+        # one, so every second request on a connection moves on.
+        pytest.param("close_on_second", id="closed as the request arrives"),
+    ],
+)
+def test_a_connection_the_server_closed_is_replaced_and_the_get_succeeds(
+    handler: type[_Handler], kube: KubeClient, switch: str
 ) -> None:
-    srv, handler = server
-    handler.drop_after_reply = True
-    kube = _client(srv)
+    setattr(handler, switch, True)
     for _ in range(3):
-        assert kube.get_resource_claim("ns", "c")["metadata"]["name"] == "c"
-    assert len(handler.connections) == 3  # one per GET: each was dropped after its reply
-
-
-def test_a_connection_closed_as_the_request_arrives_is_retried_once_on_a_new_one(
-    server: tuple[ThreadingHTTPServer, type[_Handler]],
-) -> None:
-    # The race the pool's dropped-connection check cannot see: the server closes the kept-alive
-    # connection just as the next request goes out on it.
-    srv, handler = server
-    handler.close_on_second = True
-    kube = _client(srv)
-    for _ in range(3):
-        assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"
-    assert len(handler.connections) == 3  # every second request on a connection moved on
+        meta = kube.get_resource_claim("ns", "c")["metadata"]
+        assert (meta["name"], meta["uid"]) == ("c", "u")
+    assert len(handler.connections) == 3
 
 
 def test_error_status_keeps_the_connection_and_names_the_request(
-    server: tuple[ThreadingHTTPServer, type[_Handler]],
+    handler: type[_Handler], kube: KubeClient
 ) -> None:
-    srv, handler = server
-    kube = _client(srv)
     with pytest.raises(NotFoundError, match="resourceclaims/missing"):
         kube.get_resource_claim("ns", "missing")
     assert kube.get_resource_claim("ns", "c")["metadata"]["uid"] == "u"
@@ -121,10 +120,8 @@ def test_error_status_keeps_the_connection_and_names_the_request(
 
 
 def test_a_server_that_resets_every_connection_is_a_retryable_error(
-    server: tuple[ThreadingHTTPServer, type[_Handler]],
+    handler: type[_Handler], kube: KubeClient
 ) -> None:
-    srv, handler = server
-    kube = _client(srv)
     assert kube.get_resource_claim("ns", "c")  # a kept-alive connection first
     handler.reset = True
     with pytest.raises(RetryableError, match="cannot reach the API server"):
@@ -134,16 +131,14 @@ def test_a_server_that_resets_every_connection_is_a_retryable_error(
 
 
 def test_a_too_deeply_nested_claim_is_the_claims_fault_not_bad_json(
-    server: tuple[ThreadingHTTPServer, type[_Handler]],
+    handler: type[_Handler], kube: KubeClient
 ) -> None:
     """Past orjson's 1,024 levels the standard decoder raises RecursionError, which the
     prepare pipeline reports as a claim nested too deeply (its own fault), not as an API
     server sending invalid JSON (an outage, retried)."""
-    srv, handler = server
-    client = _client(srv)
     handler.body = b'{"x":' + b"[" * 1100 + b"]" * 1100 + b"}"
     with pytest.raises(RecursionError):
-        client.get_resource_claim("ns", "c")
+        kube.get_resource_claim("ns", "c")
     handler.body = b'{"metadata": '
     with pytest.raises(RetryableError, match="invalid JSON"):
-        client.get_resource_claim("ns", "c")
+        kube.get_resource_claim("ns", "c")

@@ -8,7 +8,6 @@ Plugins are real: the installed backends, the third-party fixture distribution
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from tests.clirun import run_cli_process
 
 from drakit import hookimpl
 from drakit.commands.cli import main
@@ -256,24 +256,26 @@ def test_plugin_whose_constructor_fails_is_named(entry_points: EntryPoints) -> N
     assert "no licence" in str(exc.value)
 
 
-def test_hookimpl_with_a_wrong_argument_name_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("name", "impl", "named"),
+    [
+        pytest.param(
+            "misspelt",
+            WrongArgumentName,
+            ["does not match the hook contract", "nod"],
+            id="a wrong argument name",
+        ),
+        pytest.param("typo", UnknownHook, ["drakit_discover_device"], id="an unknown hook"),
+    ],
+)
+def test_a_bad_hookimpl_is_refused_naming_the_registered_plugin(
+    name: str, impl: type, named: list[str]
+) -> None:
     with pytest.raises(PluginLoadError) as exc:
-        make_host({}, extra={"misspelt": WrongArgumentName()})
-    assert exc.value.plugin == "misspelt"
-    assert "does not match the hook contract" in str(exc.value)
-    assert "nod" in str(exc.value)
-
-
-def test_hookimpl_for_an_unknown_hook_is_refused() -> None:
-    with pytest.raises(PluginLoadError) as exc:
-        make_host({}, extra={"typo": UnknownHook()})
-    assert "drakit_discover_device" in str(exc.value)
-
-
-def test_unknown_hook_error_names_the_registered_plugin() -> None:
-    with pytest.raises(PluginLoadError) as exc:
-        make_host({}, extra={"typo": UnknownHook()})
-    assert exc.value.plugin == "typo"
+        make_host({}, extra={name: impl()})
+    assert exc.value.plugin == name
+    for text in named:
+        assert text in str(exc.value)
 
 
 # -- the third-party distribution: configuration alone ------------------------------------------
@@ -346,28 +348,31 @@ def test_enrichment_agreeing_with_the_owner_is_accepted() -> None:
     assert disc.devices[fpga_key("fpga-0")].attributes["slot"].value == 0
 
 
-def test_enrichment_conflict_between_plugins_names_both() -> None:
-    host = make_host(
-        {"example_fpga": {"count": 1}},
-        extra={"rack-a": RackLabel("r1"), "rack-b": RackLabel("r2")},
-    )
+@pytest.mark.parametrize(
+    ("plugins", "extra", "named"),
+    [
+        pytest.param(
+            {"example_fpga": {"count": 1}},
+            {"rack-a": RackLabel("r1"), "rack-b": RackLabel("r2")},
+            ["'rack-a'", "'rack-b'", "example.com/rack", "fpga-0"],
+            id="two enrichments conflict",
+        ),
+        pytest.param(
+            {"example_fpga": {}},
+            {"liar": SetAttribute(fpga_key("fpga-0"), "slot", 9)},
+            ["'liar'", "'example_fpga'"],
+            id="an enrichment overwrites the owner's attribute",
+        ),
+    ],
+)
+def test_conflicting_enrichment_is_refused_naming_both_plugins(
+    plugins: dict[str, dict[str, Any]], extra: dict[str, object], named: list[str]
+) -> None:
+    host = make_host(plugins, extra=extra)
     with pytest.raises(PermanentError) as exc:
         host.discover()
-    text = str(exc.value)
-    assert "'rack-a'" in text
-    assert "'rack-b'" in text
-    assert "example.com/rack" in text
-    assert "fpga-0" in text
-
-
-def test_enrichment_may_not_overwrite_the_owners_attribute() -> None:
-    host = make_host(
-        {"example_fpga": {}}, extra={"liar": SetAttribute(fpga_key("fpga-0"), "slot", 9)}
-    )
-    with pytest.raises(PermanentError) as exc:
-        host.discover()
-    assert "'liar'" in str(exc.value)
-    assert "'example_fpga'" in str(exc.value)
+    for text in named:
+        assert text in str(exc.value)
 
 
 def test_enrichment_of_an_unknown_device_is_refused() -> None:
@@ -450,22 +455,8 @@ def test_cli_process_prints_no_traceback_for_a_failing_discovery(
 ) -> None:
     config = _boom_config(entry_points, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(entry_points.site), *sys.path])}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from drakit.commands.cli import main; main()",
-            "discover",
-            "--config",
-            str(config),
-            "--profile",
-            "minimal-1s",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
+    proc = run_cli_process(
+        ["discover", "--config", str(config), "--profile", "minimal-1s"], env=env
     )
     assert proc.returncode == 2
     assert "plugin 'boom' failed in drakit_discover_devices" in proc.stderr

@@ -13,21 +13,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tests.clirun import run_cli
 
-from drakit.commands.cli import main
 from drakit.hookspecs import API_VERSION
 from drakit.scaffold import ScaffoldError, new_plugin, render, scaffold_for
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run ``drakit ARGV``; return (exit code, stdout, stderr)."""
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_names_derive_from_the_plugin_name() -> None:
@@ -101,7 +90,7 @@ def test_an_empty_target_directory_is_used(tmp_path: Path) -> None:
 
 
 def test_cli_creates_the_package(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["plugin", "new", "acme_fpga", "--dir", str(tmp_path / "p")], capsys)
+    code, out, err = run_cli(["plugin", "new", "acme_fpga", "--dir", str(tmp_path / "p")], capsys)
     assert (code, err) == (0, "")
     assert out.startswith(f"created {tmp_path / 'p'}")
     assert (tmp_path / "p" / "src" / "drakit_acme_fpga" / "plugin.py").is_file()
@@ -111,7 +100,7 @@ def test_cli_default_directory_is_named_after_the_distribution(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    code, _, _ = run(["plugin", "new", "acme-fpga"], capsys)
+    code, _, _ = run_cli(["plugin", "new", "acme-fpga"], capsys)
     assert code == 0
     assert (tmp_path / "drakit-acme-fpga" / "pyproject.toml").is_file()
 
@@ -127,7 +116,7 @@ def test_cli_default_directory_is_named_after_the_distribution(
 def test_cli_refuses_bad_input_in_one_line(
     argv: list[str], fix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run([*argv, "--dir", str(tmp_path / "p")], capsys)
+    code, out, err = run_cli([*argv, "--dir", str(tmp_path / "p")], capsys)
     assert (code, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith("drakit: error: ")
@@ -140,7 +129,7 @@ def test_cli_refuses_a_non_empty_directory(
 ) -> None:
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "mine.txt").write_text("keep me", encoding="utf-8")
-    code, _, err = run(["plugin", "new", "acme", "--dir", str(tmp_path / "p")], capsys)
+    code, _, err = run_cli(["plugin", "new", "acme", "--dir", str(tmp_path / "p")], capsys)
     assert code == 2
     [line] = err.splitlines()
     assert "already exists and is not an empty directory" in line

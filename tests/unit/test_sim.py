@@ -7,7 +7,6 @@ written here by hand from the reference topologies, never against the builder's 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.treedigest import tree_digest
 
 from drakit.cpuset import parse_cpulist
 from drakit.sim import (
@@ -141,22 +141,6 @@ def pci_functions(root: Path) -> dict[str, Fn]:
             klass=read_int(real / "class", 16),
         )
     return out
-
-
-def tree_digest(root: Path) -> str:
-    digest = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        rel = os.path.relpath(dirpath, root)
-        digest.update(f"D {rel}\n".encode())
-        for name in sorted(filenames + [d for d in dirnames if os.path.islink(f"{dirpath}/{d}")]):
-            path = f"{dirpath}/{name}"
-            if os.path.islink(path):
-                digest.update(f"L {rel}/{name} -> {os.readlink(path)}\n".encode())
-            else:
-                with open(path, "rb") as fh:
-                    digest.update(f"F {rel}/{name} ".encode() + fh.read())
-    return digest.hexdigest()
 
 
 # -- fixtures --------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ it exactly as it finds a ``pip install``-ed package.
 from __future__ import annotations
 
 import configparser
-import hashlib
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.treedigest import tree_digest
 
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
@@ -54,28 +54,10 @@ BEFORE = {
 }
 
 
-def digest(root: Path) -> str:
-    """SHA-256 over relative paths, file contents and symlink targets, in sorted order."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        rel_dir = os.path.relpath(dirpath, root)
-        h.update(f"D {rel_dir}\n".encode())
-        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
-        for name in sorted(filenames + links):
-            path = os.path.join(dirpath, name)
-            rel = os.path.join(rel_dir, name)
-            if os.path.islink(path):
-                h.update(f"L {rel} {os.readlink(path)}\n".encode())
-            else:
-                h.update(f"F {rel} ".encode() + Path(path).read_bytes() + b"\n")
-    return h.hexdigest()
-
-
 @pytest.mark.parametrize("name", sorted(BEFORE))
 def test_every_profile_builds_the_same_tree_as_before_the_move(name: str) -> None:
     with tempfile.TemporaryDirectory(dir=os.environ.get("DRAKIT_TEST_TMP")) as tmp:
-        assert digest(build_profile(name, Path(tmp) / "root")) == BEFORE[name]
+        assert tree_digest(build_profile(name, Path(tmp) / "root")) == BEFORE[name]
 
 
 def test_profiles_come_from_core_and_the_reference_distribution() -> None:

@@ -8,19 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from drakit.commands.cli import main
+from tests.clirun import run_cli
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, list[str]]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(args, capsys)
     return code, out, err.strip().splitlines()
 
 
@@ -115,21 +109,21 @@ def test_members_under_their_own_drivers_are_refused_naming_both_sections(
     assert "set plugins.amd_ainic.driver and plugins.composite.driver to the same name" in err[1]
 
 
-def test_members_without_a_driver_publish_under_the_composite_driver(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "members",
+    [
+        pytest.param("  nvidia_gpu: {}\n  amd_ainic: {}\n", id="without a driver"),
+        pytest.param(
+            "  nvidia_gpu:\n    driver: pairs.composite.drakit.io\n"
+            "  amd_ainic:\n    driver: pairs.composite.drakit.io\n",
+            id="renamed to the composite driver",
+        ),
+    ],
+)
+def test_members_publishing_under_the_composite_driver_are_valid(
+    members: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = "plugins:\n  nvidia_gpu: {}\n  amd_ainic: {}\n  composite: {}\n"
-    code, _, err = run(["config", "validate", str(write(tmp_path, text))], capsys)
-    assert (code, err) == (0, [])
-
-
-def test_members_renamed_to_the_composite_driver_satisfy_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    text = (
-        "plugins:\n  nvidia_gpu:\n    driver: pairs.composite.drakit.io\n"
-        "  amd_ainic:\n    driver: pairs.composite.drakit.io\n  composite: {}\n"
-    )
+    text = f"plugins:\n{members}  composite: {{}}\n"
     code, _, err = run(["config", "validate", str(write(tmp_path, text))], capsys)
     assert (code, err) == (0, [])
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,24 @@ class Pipeline:
         return dict(json.loads(path.read_text())["claims"]) if path.exists() else {}
 
 
+@contextmanager
+def open_pipeline(host: PluginHost, tmp_path: Path) -> Iterator[Pipeline]:
+    """The driver's prepare pipeline over ``host``, its state and CDI specs under ``tmp_path``."""
+    claims = ClaimStore(copy=False)
+    state = DriverState(
+        DRIVER,
+        host,
+        claims,
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        boot_id="test",
+    )
+    try:
+        yield Pipeline(host, state, claims, tmp_path / "cdi", tmp_path / "state")
+    finally:
+        state.close()
+
+
 @pytest.fixture
 def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     plugins = {
@@ -51,19 +70,8 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     }
     with open_host(DrakitSettings(profile="h200-8gpu-8ainic", plugins=plugins)) as host:
         host.discover()
-        claims = ClaimStore(copy=False)
-        state = DriverState(
-            DRIVER,
-            host,
-            claims,
-            state_dir=tmp_path / "state",
-            cdi_dir=tmp_path / "cdi",
-            boot_id="test",
-        )
-        try:
-            yield Pipeline(host, state, claims, tmp_path / "cdi", tmp_path / "state")
-        finally:
-            state.close()
+        with open_pipeline(host, tmp_path) as p:
+            yield p
 
 
 def allocated(
@@ -187,19 +195,9 @@ def test_a_pair_with_a_shared_mode_nic_gets_a_vf_of_it_like_a_share(tmp_path: Pa
             for k, d in found.devices.items()
             if found.owners[k] == "composite" and d.attributes["nic"].value == "ainic-0"
         ]
-        claims = ClaimStore(copy=False)
-        state = DriverState(
-            DRIVER,
-            host,
-            claims,
-            state_dir=tmp_path / "state",
-            cdi_dir=tmp_path / "cdi",
-            boot_id="test",
-        )
-        try:
-            p = Pipeline(host, state, claims, tmp_path / "cdi", tmp_path / "state")
+        with open_pipeline(host, tmp_path) as p:
             ref = allocated(p, [pair])
-            assert state.prepare([ref])[ref.uid].error == ""
+            assert p.state.prepare([ref])[ref.uid].error == ""
             assert len(list(pf.resolve().glob("virtfn*"))) == 4  # created on demand
             [spec_file] = p.cdi_dir.glob(f"*{ref.uid}*.json")
             [dev] = json.loads(spec_file.read_text())["devices"]
@@ -208,8 +206,6 @@ def test_a_pair_with_a_shared_mode_nic_gets_a_vf_of_it_like_a_share(tmp_path: Pa
             assert any(n.startswith("/dev/nvidia") for n in nodes)
             [nic] = p.checkpoint()[ref.uid]["prepared"]["amd_ainic"]
             assert nic["device"] == "ainic-0"
-            assert state.unprepare([ref])[ref.uid].error == ""
+            assert p.state.unprepare([ref])[ref.uid].error == ""
             assert ref.uid not in p.checkpoint()
             assert list(pf.resolve().glob("virtfn*")) == []  # the idle pool's VFs are removed
-        finally:
-            state.close()
