@@ -462,8 +462,3 @@ def _plain_capacity(fn: NicFunction) -> dict[str, DeviceCapacity]:
     if fn.speed_mbps:
         out[BANDWIDTH] = _capacity(fn.speed_mbps // 1000)
     return out
-
-
-def identity_map(published: Mapping[str, Published]) -> dict[str, str]:
-    """Device name -> PCI address (for logs)."""
-    return {name: p.function.bdf for name, p in published.items()}
