@@ -34,6 +34,7 @@ TOOLS = (
     "k8s.io/kubernetes/cmd/kube-controller-manager",
     "k8s.io/kubernetes/cmd/kube-scheduler",
     "k8s.io/kubernetes/cmd/kubectl",
+    "k8s.io/kubernetes/cmd/kubelet",
 )
 
 _RELEASE = re.compile(r"^v1\.(\d+)\.(\d+)$")

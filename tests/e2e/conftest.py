@@ -13,6 +13,9 @@ Fixtures:
     fake_node: factory creating schedulable fake Nodes, removed (with their
         ResourceSlices) after the test.
     kubelet_standin: a :class:`KubeletStandIn` for the stand-in binary.
+    real_node: session-scoped :class:`~tests.e2e.realnode.RealNode` (containerd, runc, CNI and
+        the real kubelet, registered and Ready), for tests marked ``real_node``; its binaries
+        and images are built after collection when such tests are selected.
 
 Binaries are resolved (and built if needed, which only happens on a cold cache)
 once after collection when e2e tests are selected, so the build is not subject
@@ -37,11 +40,14 @@ from tests.e2e.controlplane import (
     KubeletStandIn,
     resolve_bin_dir,
 )
+from tests.e2e.realnode import RealNode, RealNodeError, build_images, resolve_node_bin_dir
 
 from drakit.kube import KubeClient
 
 _BIN_DIR = pytest.StashKey[Path]()
 _BIN_ERROR = pytest.StashKey[str]()
+_NODE_BUILD = pytest.StashKey[tuple[Path, Path]]()
+_NODE_ERROR = pytest.StashKey[str]()
 _STARTED = pytest.StashKey[ControlPlane]()
 
 FakeNodeFactory = Callable[..., dict[str, Any]]
@@ -74,6 +80,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             config.stash[_BIN_DIR] = resolve_bin_dir(build=True)
         except (ControlPlaneError, OSError, subprocess.SubprocessError) as exc:
             config.stash[_BIN_ERROR] = str(exc)
+        if any(item.get_closest_marker("real_node") for item in session.items):
+            try:
+                config.stash[_NODE_BUILD] = (resolve_node_bin_dir(build=True), build_images())
+            except (RealNodeError, OSError, subprocess.SubprocessError) as exc:
+                config.stash[_NODE_ERROR] = str(exc)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -195,3 +206,29 @@ def kubelet_standin(control_plane: ControlPlane) -> KubeletStandIn:
     if not binary.exists():
         pytest.fail(f"{binary} missing; hack/control-plane/build.sh builds it", pytrace=False)
     return KubeletStandIn(binary, control_plane.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def real_node(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[RealNode]:
+    """A real node (containerd + kubelet) registered with the control plane and Ready."""
+    config = request.config
+    if _NODE_ERROR in config.stash:
+        pytest.fail(f"real node unavailable: {config.stash[_NODE_ERROR]}", pytrace=False)
+    node_bin, images = config.stash.get(_NODE_BUILD, None) or (
+        resolve_node_bin_dir(build=False),
+        build_images(),
+    )
+    node = RealNode(control_plane, node_bin, [images / "test.tar"])
+    try:
+        node.start()
+    except (RealNodeError, TimeoutError) as exc:
+        pytest.fail(f"real node did not start: {exc}", pytrace=False)
+    _announce(
+        config,
+        f"[drakit e2e] real node {node.name} Ready in {node.timings['ready']:.1f}s; "
+        f"logs: {node.logs_dir}",
+    )
+    try:
+        yield node
+    finally:
+        node.stop()

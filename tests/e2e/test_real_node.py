@@ -1,0 +1,327 @@
+"""drakit on a real node: pods start with drakit's devices, seen from inside their containers.
+
+One ``drakit node`` (``h200-8gpu-8ainic``: CPU, NVIDIA GPU, AINIC and composite backends) serves
+the session's :class:`~tests.e2e.realnode.RealNode` (real kubelet, containerd with CDI, runc,
+CNI). Every claim is allocated by the real scheduler, prepared by drakit through the kubelet,
+injected by containerd from drakit's CDI spec, and checked by reading what the container printed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
+from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, device_classes, published_drivers
+from tests.e2e.realnode import RealNode, pod
+
+from drakit.sim import build_profile
+from drakit_cpu.prepare import cpuset_env_name
+
+pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
+
+PROFILE = "h200-8gpu-8ainic"
+DONE = "--- drakit e2e: command done ---"
+
+
+@pytest.fixture(scope="module")
+def drakit(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[str, Any]]:
+    """``drakit node`` serving the real node; yields its process, dirs and class names."""
+    cp = control_plane
+    dirs = NodeDirs(real_node.root)
+    dirs.state_dir.mkdir(exist_ok=True)
+    root = build_profile(PROFILE, real_node.root / "sim")
+    plugins: dict[str, dict[str, Any]] = {
+        "cpu": {},
+        "nvidia_gpu": {},
+        "amd_ainic": {"state_dir": str(dirs.state_dir / "ainic")},
+    }
+    def start() -> NodeProcess:
+        proc = NodeProcess(
+            kubeconfig=cp.kubeconfig,
+            node_name=real_node.name,
+            dirs=dirs,
+            plugins=plugins,
+            sysfs_root=root,
+            instance_id="real",
+        )
+        proc.start()
+        proc.wait_ready(timeout=90)
+        return proc
+
+    state: dict[str, Any] = {"dirs": dirs, "drivers": published_drivers(plugins), "start": start}
+    state["proc"] = start()
+    try:
+        with device_classes(cp, "real", state["drivers"]) as classes:
+            state["classes"] = classes
+            yield state
+    finally:
+        state["proc"].close()
+
+
+def _phase(cp: ControlPlane, ns: str, name: str) -> str:
+    return str(cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")["status"].get("phase"))
+
+
+def _events(cp: ControlPlane, ns: str, name: str) -> list[str]:
+    items = cp.api("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    return [
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in items
+        if e.get("involvedObject", {}).get("name") == name
+    ]
+
+
+def run_pod(
+    cp: ControlPlane,
+    node: RealNode,
+    ns: str,
+    name: str,
+    command: str,
+    claims: Mapping[str, Mapping[str, str]],
+    *,
+    timeout: float = 90,
+) -> str:
+    """Start a pod using ``claims`` that runs ``command`` (sh -c) and then stays up.
+
+    Returns what ``command`` printed, once the pod is Running and printed it all; the pod keeps
+    running (and its claims prepared) until the test deletes it.
+    """
+    script = f"{{ {command} ; }} 2>&1; echo {DONE}; exec sleep 3600"
+    body = pod(name, node.name, ["sh", "-c", script], claims=claims)
+    cp.api("POST", f"/api/v1/namespaces/{ns}/pods", body)
+
+    def printed() -> str | None:
+        if _phase(cp, ns, name) in ("Succeeded", "Failed"):
+            raise AssertionError(f"{name} ended: {node.pod_log(ns, name, 'c')}")
+        log = node.pod_log(ns, name, "c")
+        return log if DONE in log else None
+
+    try:
+        log: str = wait_for(printed, timeout=timeout, what=f"pod {name} to run its command")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; events: {_events(cp, ns, name)}") from None
+    return log.split(DONE, maxsplit=1)[0]
+
+
+def _template(cp: ControlPlane, ns: str, name: str, device_class: str, count: int = 1) -> None:
+    cp.api(
+        "POST",
+        f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "r",
+                                "exactly": {"deviceClassName": device_class, "count": count},
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    )
+
+
+def _pod_claim(cp: ControlPlane, ns: str, pod_name: str) -> dict[str, Any]:
+    status = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}")["status"]
+    claim_name = status["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim: dict[str, Any] = cp.api("GET", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{claim_name}")
+    return claim
+
+
+def _env(log: str) -> dict[str, str]:
+    return dict(
+        line.split("=", 1)  # type: ignore[misc]
+        for line in log.splitlines()
+        if re.match(r"^[A-Z_][A-Z0-9_]*=", line)
+    )
+
+
+def _delete_pod(cp: ControlPlane, ns: str, name: str) -> None:
+    try:
+        cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+    except ControlPlaneError as exc:
+        if "HTTP 404" not in str(exc):
+            raise
+
+    def gone() -> bool:
+        try:
+            cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        except ControlPlaneError:
+            return True
+        return False
+
+    wait_for(gone, timeout=60, what=f"pod {name} deleted")
+
+
+def test_cpu_claim_reaches_the_container_and_is_unprepared_when_the_pod_goes(
+    control_plane: ControlPlane, real_node: RealNode, drakit: dict[str, Any], namespace: str
+) -> None:
+    cp, dirs = control_plane, drakit["dirs"]
+    driver = drakit["drivers"]["cpu"]
+    _template(cp, namespace, "cpu", drakit["classes"]["cpu"])
+    log = run_pod(
+        cp,
+        real_node,
+        namespace,
+        "cpu",
+        "env | sort",
+        {"cpus": {"resourceClaimTemplateName": "cpu"}},
+    )
+    claim = _pod_claim(cp, namespace, "cpu")
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    env = _env(log)
+    cpusets = {k: v for k, v in env.items() if k.startswith("DRAKIT_CPUSET_")}
+    expected = cpuset_env_name(result["device"], result.get("shareID"))
+    assert list(cpusets) == [expected], log
+    uid = claim["metadata"]["uid"]
+    specs = [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)]
+    assert specs, f"no CDI spec for claim {uid}: {dirs.cdi_files()}"
+    spec_env = [e for s in specs for d in s["devices"] for e in d["containerEdits"].get("env", [])]
+    assert f"{expected}={cpusets[expected]}" in spec_env
+
+    _delete_pod(cp, namespace, "cpu")
+    wait_for(
+        lambda: (
+            not [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)]
+            and uid not in json.dumps(dirs.checkpoint(driver))
+        ),
+        timeout=60,
+        what="the kubelet to unprepare the claim (CDI spec and checkpoint entry gone)",
+    )
+
+
+def _claim(cp: ControlPlane, ns: str, name: str, device_class: str, **extra: Any) -> None:
+    request = {"name": "r", "exactly": {"deviceClassName": device_class}}
+    cp.api(
+        "POST",
+        f"{RESOURCE}/namespaces/{ns}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [request], **extra}},
+        },
+    )
+
+
+def _cpuset_of(log: str) -> dict[str, str]:
+    return {k: v for k, v in _env(log).items() if k.startswith("DRAKIT_CPUSET_")}
+
+
+def test_one_claim_shared_by_two_pods(
+    control_plane: ControlPlane, real_node: RealNode, drakit: dict[str, Any], namespace: str
+) -> None:
+    cp = control_plane
+    _claim(cp, namespace, "shared", drakit["classes"]["cpu"])
+    first = run_pod(cp, real_node, namespace, "a", "env", {"c": {"resourceClaimName": "shared"}})
+    second = run_pod(cp, real_node, namespace, "b", "env", {"c": {"resourceClaimName": "shared"}})
+    assert _cpuset_of(first)
+    assert _cpuset_of(first) == _cpuset_of(second)
+    claim = cp.api("GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/shared")
+    assert {r["name"] for r in claim["status"]["reservedFor"]} == {"a", "b"}
+    uid = claim["metadata"]["uid"]
+    dirs = drakit["dirs"]
+    _delete_pod(cp, namespace, "a")
+    # The claim stays prepared while the second pod uses it.
+    assert [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)]
+    _delete_pod(cp, namespace, "b")
+    wait_for(
+        lambda: not [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)],
+        timeout=60,
+        what="the shared claim unprepared after its last pod",
+    )
+
+
+def test_a_failing_prepare_shows_in_the_pods_events(
+    control_plane: ControlPlane, real_node: RealNode, drakit: dict[str, Any], namespace: str
+) -> None:
+    cp = control_plane
+    driver = drakit["drivers"]["cpu"]
+    bad = {
+        "requests": ["r"],
+        "opaque": {
+            "driver": driver,
+            "parameters": {
+                "apiVersion": "cpu.drakit.io/v1alpha1",
+                "kind": "CpuConfig",
+                "groupSize": 1000,
+            },
+        },
+    }
+    _claim(cp, namespace, "bad", drakit["classes"]["cpu"], config=[bad])
+    body = pod(
+        "bad", real_node.name, ["sh", "-c", "exit 0"], claims={"c": {"resourceClaimName": "bad"}}
+    )
+    cp.api("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+
+    def failed_prepare() -> list[str]:
+        return [e for e in _events(cp, namespace, "bad") if "groupSize" in e]
+
+    events = wait_for(failed_prepare, timeout=60, what="the prepare error in the pod's events")
+    assert any(e.startswith("FailedPrepareDynamicResources") for e in events), events
+    assert _phase(cp, namespace, "bad") == "Pending"
+    assert not real_node.pod_log(namespace, "bad", "c")
+
+
+def test_running_pods_keep_their_devices_across_restarts(
+    control_plane: ControlPlane, real_node: RealNode, drakit: dict[str, Any], namespace: str
+) -> None:
+    """drakit, then the kubelet, then containerd restart while a pod runs: it keeps running,
+    its claim stays prepared, and a new pod still starts after each restart."""
+    cp, proc, dirs = control_plane, drakit["proc"], drakit["dirs"]
+    cls = drakit["classes"]["cpu"]
+    _template(cp, namespace, "cpu", cls)
+    claims = {"c": {"resourceClaimTemplateName": "cpu"}}
+    running = run_pod(cp, real_node, namespace, "long", "env", claims)
+    uid = _pod_claim(cp, namespace, "long")["metadata"]["uid"]
+    container = _container_pid(real_node, namespace, "long")
+
+    def still_prepared() -> None:
+        assert _phase(cp, namespace, "long") == "Running"
+        assert _container_pid(real_node, namespace, "long") == container
+        assert [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)]
+
+    proc.terminate()
+    proc.close()
+    drakit["proc"] = drakit["start"]()
+    still_prepared()
+    assert _cpuset_of(run_pod(cp, real_node, namespace, "after-drakit", "env", claims))
+
+    real_node.stop_process("kubelet")
+    real_node.start_kubelet()
+    real_node.wait_ready()
+    still_prepared()
+    assert _cpuset_of(run_pod(cp, real_node, namespace, "after-kubelet", "env", claims))
+
+    real_node.stop_process("containerd")
+    real_node.start_containerd()
+    still_prepared()
+    assert _cpuset_of(run_pod(cp, real_node, namespace, "after-containerd", "env", claims))
+    assert _cpuset_of(running)
+
+
+def _container_pid(node: RealNode, ns: str, name: str) -> int:
+    """The pid of the pod's container ``c`` as containerd reports it (0 if it has none)."""
+    for line in node.ctr("tasks", "ls").splitlines()[1:]:
+        task, pid, status = line.split()
+        if status != "RUNNING":
+            continue
+        info = json.loads(node.ctr("containers", "info", task))
+        labels = info.get("Labels") or {}
+        if (
+            labels.get("io.kubernetes.pod.namespace") == ns
+            and labels.get("io.kubernetes.pod.name") == name
+            and labels.get("io.kubernetes.container.name") == "c"
+        ):
+            return int(pid)
+    return 0
