@@ -3,7 +3,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 UV = $(shell hack/ensure-uv.sh)
 
-.PHONY: setup demo test lint unit e2e control-plane helm bench fmt
+.PHONY: setup demo test lint unit e2e control-plane node helm bench fmt
 
 # --inexact: keep packages the lock does not name (a vendor's `uv pip install -e ../my-plugin`)
 setup:
@@ -23,6 +23,12 @@ lint: setup
 control-plane:
 	hack/control-plane/build.sh >/dev/null
 
+# Builds containerd, ctr, the runc shim, runc and the CNI plugins for the real-node tests
+# (hack/node/build.sh pins them; cached under ~/.cache/drakit/node/, a no-op when warm). The
+# kubelet comes with the control plane; the images are written when the tests start.
+node:
+	hack/node/build.sh >/dev/null
+
 # Builds the helm CLI that lints and renders deployments/helm/drakit (hack/helm/go.mod pins it;
 # cached under ~/.cache/drakit/helm/, a no-op when warm).
 helm:
@@ -31,7 +37,7 @@ helm:
 unit: setup helm
 	$(UV) run pytest -m "not e2e"
 
-test: lint control-plane helm
+test: lint control-plane node helm
 	DRAKIT_E2E_REQUIRED=1 $(UV) run pytest
 
 bench: setup

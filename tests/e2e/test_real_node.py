@@ -9,14 +9,17 @@ injected by containerd from drakit's CDI spec, and checked by reading what the c
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
 from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, device_classes, published_drivers
-from tests.e2e.realnode import RealNode, pod
+from tests.e2e.realnode import CGROUP_ROOT, RealNode, pod
 
 from drakit.sim import build_profile
 from drakit_cpu.prepare import cpuset_env_name
@@ -39,6 +42,7 @@ def drakit(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[st
         "nvidia_gpu": {},
         "amd_ainic": {"state_dir": str(dirs.state_dir / "ainic")},
     }
+
     def start() -> NodeProcess:
         proc = NodeProcess(
             kubeconfig=cp.kubeconfig,
@@ -325,3 +329,55 @@ def _container_pid(node: RealNode, ns: str, name: str) -> int:
         ):
             return int(pid)
     return 0
+
+
+def _host_state() -> dict[str, Any]:
+    """What a real node could leave behind on the machine."""
+    paths = (
+        "/var/lib/kubelet",
+        "/var/lib/cni",
+        "/var/log/containers",
+        "/var/log/pods",
+        "/run/containerd",
+        "/run/nri",
+        "/opt/containerd",
+        "/opt/cni",
+        "/etc/cni",
+        "/usr/libexec/kubernetes",
+    )
+    sysctls = (
+        "net/ipv4/ip_forward",
+        "vm/overcommit_memory",
+        "kernel/panic",
+        "kernel/panic_on_oops",
+    )
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    return {
+        "paths": [p for p in paths if os.path.lexists(p)],
+        "sysctls": {s: Path("/proc/sys", s).read_text() for s in sysctls},
+        "links": sorted(line.split(":")[1].strip() for line in links.splitlines()),
+        "mounts": Path("/proc/self/mountinfo").read_text().count("\n"),
+    }
+
+
+def test_a_node_leaves_nothing_on_the_machine(
+    control_plane: ControlPlane, real_node: RealNode
+) -> None:
+    """A second node runs a pod and stops: no cgroup, link, mount, file or setting is left."""
+    before = _host_state()
+    node = RealNode(control_plane, real_node.node_bin, real_node.images, name=f"{real_node.name}-b")
+    with node:
+        cgroups = [CGROUP_ROOT / h / node.cgroup_path.strip("/") for h in ("memory", "cpu", "pids")]
+        control_plane.create_namespace(ns := f"e2e-{node.name}")
+        try:
+            control_plane.api(
+                "POST", f"/api/v1/namespaces/{ns}/pods", pod("p", node.name, ["sh", "-c", "true"])
+            )
+            wait_for(lambda: _phase(control_plane, ns, "p") == "Succeeded", timeout=60, what="pod")
+            during = _host_state()
+            assert node.bridge in during["links"]
+        finally:
+            control_plane.delete_namespace(ns)
+    assert not [c for c in cgroups if c.exists()]
+    assert not node.root.exists()
+    assert _host_state() == before
