@@ -144,9 +144,7 @@ def _pod_claim(cp: ControlPlane, ns: str, pod_name: str) -> dict[str, Any]:
 
 def _env(log: str) -> dict[str, str]:
     return dict(
-        line.split("=", 1)  # type: ignore[misc]
-        for line in log.splitlines()
-        if re.match(r"^[A-Z_][A-Z0-9_]*=", line)
+        line.split("=", 1) for line in log.splitlines() if re.match(r"^[A-Z_][A-Z0-9_]*=", line)
     )
 
 
