@@ -104,3 +104,13 @@ plugins:
     {{- toYaml (merge (dict "driver" (include "drakit.driverOf" (dict "root" $ "name" $name))) ($b.config | default dict)) | nindent 4 }}
 {{- end }}
 {{- end -}}
+
+{{/* KUBERNETES_SERVICE_HOST/PORT overrides (values apiServer.host/port), if set. */}}
+{{- define "drakit.apiServerEnv" -}}
+{{- with .Values.apiServer.host }}
+- {name: KUBERNETES_SERVICE_HOST, value: {{ . | quote }}}
+{{- end }}
+{{- with .Values.apiServer.port }}
+- {name: KUBERNETES_SERVICE_PORT, value: {{ . | quote }}}
+{{- end }}
+{{- end -}}
