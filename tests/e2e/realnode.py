@@ -38,6 +38,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.e2e.controlplane import REPO_ROOT, ControlPlane, ControlPlaneError, free_port, wait_for
+from tests.e2e.nodeproc import RESOURCE
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ NODE_BUILD = REPO_ROOT / "hack" / "node" / "build.sh"
 IMAGES_SCRIPT = REPO_ROOT / "hack" / "node" / "images.py"
 #: The image every test pod runs (busybox from Debian's busybox-static), also the sandbox image.
 TEST_IMAGE = "docker.io/drakit/test:1"
+#: drakit's own image (deployments/Dockerfile's recipe), as hack/node/images.py names it.
+DRAKIT_IMAGE_REPOSITORY = "docker.io/drakit/drakit"
 #: What the node needs from hack/node/build.sh (the kubelet comes from the control plane's dir).
 NODE_BINARIES = ("containerd", "ctr", "containerd-shim-runc-v2", "runc", "bridge", "host-local")
 #: The v1 hierarchies of these machines (real-node.md); ``name=systemd`` is mounted as systemd.
@@ -101,8 +105,13 @@ def build_images() -> Path:
     prebuilt = os.environ.get("DRAKIT_NODE_IMAGES_DIR")
     if prebuilt:
         return Path(prebuilt)
+    out = Path(os.environ.get("DRAKIT_E2E_DIR", "/tmp/drakit-e2e")) / "images"
     proc = subprocess.run(
-        ["python3", str(IMAGES_SCRIPT)], capture_output=True, text=True, timeout=3600, check=False
+        ["python3", str(IMAGES_SCRIPT), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
     )
     if proc.returncode != 0 or not proc.stdout.strip():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -733,6 +742,108 @@ def pod(
             "resourceClaims": [{"name": n, **src} for n, src in claims.items()],
         },
     }
+
+
+DONE = "--- drakit e2e: command done ---"
+
+
+def pod_phase(cp: ControlPlane, ns: str, name: str) -> str:
+    return str(cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")["status"].get("phase"))
+
+
+def pod_events(cp: ControlPlane, ns: str, name: str) -> list[str]:
+    items = cp.api("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    return [
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in items
+        if e.get("involvedObject", {}).get("name") == name
+    ]
+
+
+def run_pod(
+    cp: ControlPlane,
+    node: RealNode,
+    ns: str,
+    name: str,
+    command: str,
+    claims: Mapping[str, Mapping[str, str]],
+    *,
+    timeout: float = 90,
+) -> str:
+    """Start a pod using ``claims`` that runs ``command`` (sh -c) and then stays up.
+
+    Returns what ``command`` printed, once the pod is Running and printed it all; the pod keeps
+    running (and its claims prepared) until the test deletes it.
+    """
+    script = f"{{ {command} ; }} 2>&1; echo {DONE}; exec sleep 3600"
+    body = pod(name, node.name, ["sh", "-c", script], claims=claims)
+    cp.api("POST", f"/api/v1/namespaces/{ns}/pods", body)
+
+    def printed() -> str | None:
+        if pod_phase(cp, ns, name) in ("Succeeded", "Failed"):
+            raise AssertionError(f"{name} ended: {node.pod_log(ns, name, 'c')}")
+        log = node.pod_log(ns, name, "c")
+        return log if DONE in log else None
+
+    try:
+        log: str = wait_for(printed, timeout=timeout, what=f"pod {name} to run its command")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; events: {pod_events(cp, ns, name)}") from None
+    return log.split(DONE, maxsplit=1)[0]
+
+
+def claim_template(cp: ControlPlane, ns: str, name: str, device_class: str, count: int = 1) -> None:
+    cp.api(
+        "POST",
+        f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "r",
+                                "exactly": {"deviceClassName": device_class, "count": count},
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    )
+
+
+def pod_claim(cp: ControlPlane, ns: str, pod_name: str) -> dict[str, Any]:
+    status = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}")["status"]
+    claim_name = status["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim: dict[str, Any] = cp.api("GET", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{claim_name}")
+    return claim
+
+
+def env_of(log: str) -> dict[str, str]:
+    return dict(
+        line.split("=", 1) for line in log.splitlines() if re.match(r"^[A-Z_][A-Z0-9_]*=", line)
+    )
+
+
+def delete_pod(cp: ControlPlane, ns: str, name: str) -> None:
+    try:
+        cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+    except ControlPlaneError as exc:
+        if "HTTP 404" not in str(exc):
+            raise
+
+    def gone() -> bool:
+        try:
+            cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        except ControlPlaneError:
+            return True
+        return False
+
+    wait_for(gone, timeout=60, what=f"pod {name} deleted")
 
 
 @contextlib.contextmanager

@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.controlplane import ControlPlane, ControlPlaneError, wait_for
+from tests.e2e.controlplane import ControlPlane, wait_for
 from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, device_classes, published_drivers
-from tests.e2e.realnode import CGROUP_ROOT, RealNode, pod
+from tests.e2e.realnode import (
+    CGROUP_ROOT,
+    RealNode,
+    claim_template,
+    delete_pod,
+    env_of,
+    pod,
+    pod_claim,
+    pod_events,
+    pod_phase,
+    run_pod,
+)
 
 from drakit.sim import build_profile
 from drakit_cpu.prepare import cpuset_env_name
@@ -27,7 +37,6 @@ from drakit_cpu.prepare import cpuset_env_name
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
 
 PROFILE = "h200-8gpu-8ainic"
-DONE = "--- drakit e2e: command done ---"
 
 
 @pytest.fixture(scope="module")
@@ -66,111 +75,12 @@ def drakit(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[st
         state["proc"].close()
 
 
-def _phase(cp: ControlPlane, ns: str, name: str) -> str:
-    return str(cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")["status"].get("phase"))
-
-
-def _events(cp: ControlPlane, ns: str, name: str) -> list[str]:
-    items = cp.api("GET", f"/api/v1/namespaces/{ns}/events")["items"]
-    return [
-        f"{e.get('reason')}: {e.get('message')}"
-        for e in items
-        if e.get("involvedObject", {}).get("name") == name
-    ]
-
-
-def run_pod(
-    cp: ControlPlane,
-    node: RealNode,
-    ns: str,
-    name: str,
-    command: str,
-    claims: Mapping[str, Mapping[str, str]],
-    *,
-    timeout: float = 90,
-) -> str:
-    """Start a pod using ``claims`` that runs ``command`` (sh -c) and then stays up.
-
-    Returns what ``command`` printed, once the pod is Running and printed it all; the pod keeps
-    running (and its claims prepared) until the test deletes it.
-    """
-    script = f"{{ {command} ; }} 2>&1; echo {DONE}; exec sleep 3600"
-    body = pod(name, node.name, ["sh", "-c", script], claims=claims)
-    cp.api("POST", f"/api/v1/namespaces/{ns}/pods", body)
-
-    def printed() -> str | None:
-        if _phase(cp, ns, name) in ("Succeeded", "Failed"):
-            raise AssertionError(f"{name} ended: {node.pod_log(ns, name, 'c')}")
-        log = node.pod_log(ns, name, "c")
-        return log if DONE in log else None
-
-    try:
-        log: str = wait_for(printed, timeout=timeout, what=f"pod {name} to run its command")
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}; events: {_events(cp, ns, name)}") from None
-    return log.split(DONE, maxsplit=1)[0]
-
-
-def _template(cp: ControlPlane, ns: str, name: str, device_class: str, count: int = 1) -> None:
-    cp.api(
-        "POST",
-        f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {
-                                "name": "r",
-                                "exactly": {"deviceClassName": device_class, "count": count},
-                            }
-                        ]
-                    }
-                }
-            },
-        },
-    )
-
-
-def _pod_claim(cp: ControlPlane, ns: str, pod_name: str) -> dict[str, Any]:
-    status = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}")["status"]
-    claim_name = status["resourceClaimStatuses"][0]["resourceClaimName"]
-    claim: dict[str, Any] = cp.api("GET", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{claim_name}")
-    return claim
-
-
-def _env(log: str) -> dict[str, str]:
-    return dict(
-        line.split("=", 1) for line in log.splitlines() if re.match(r"^[A-Z_][A-Z0-9_]*=", line)
-    )
-
-
-def _delete_pod(cp: ControlPlane, ns: str, name: str) -> None:
-    try:
-        cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
-    except ControlPlaneError as exc:
-        if "HTTP 404" not in str(exc):
-            raise
-
-    def gone() -> bool:
-        try:
-            cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-        except ControlPlaneError:
-            return True
-        return False
-
-    wait_for(gone, timeout=60, what=f"pod {name} deleted")
-
-
 def test_cpu_claim_reaches_the_container_and_is_unprepared_when_the_pod_goes(
     control_plane: ControlPlane, real_node: RealNode, drakit: dict[str, Any], namespace: str
 ) -> None:
     cp, dirs = control_plane, drakit["dirs"]
     driver = drakit["drivers"]["cpu"]
-    _template(cp, namespace, "cpu", drakit["classes"]["cpu"])
+    claim_template(cp, namespace, "cpu", drakit["classes"]["cpu"])
     log = run_pod(
         cp,
         real_node,
@@ -179,9 +89,9 @@ def test_cpu_claim_reaches_the_container_and_is_unprepared_when_the_pod_goes(
         "env | sort",
         {"cpus": {"resourceClaimTemplateName": "cpu"}},
     )
-    claim = _pod_claim(cp, namespace, "cpu")
+    claim = pod_claim(cp, namespace, "cpu")
     (result,) = claim["status"]["allocation"]["devices"]["results"]
-    env = _env(log)
+    env = env_of(log)
     cpusets = {k: v for k, v in env.items() if k.startswith("DRAKIT_CPUSET_")}
     expected = cpuset_env_name(result["device"], result.get("shareID"))
     assert list(cpusets) == [expected], log
@@ -191,7 +101,7 @@ def test_cpu_claim_reaches_the_container_and_is_unprepared_when_the_pod_goes(
     spec_env = [e for s in specs for d in s["devices"] for e in d["containerEdits"].get("env", [])]
     assert f"{expected}={cpusets[expected]}" in spec_env
 
-    _delete_pod(cp, namespace, "cpu")
+    delete_pod(cp, namespace, "cpu")
     wait_for(
         lambda: (
             not [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)]
@@ -217,7 +127,7 @@ def _claim(cp: ControlPlane, ns: str, name: str, device_class: str, **extra: Any
 
 
 def _cpuset_of(log: str) -> dict[str, str]:
-    return {k: v for k, v in _env(log).items() if k.startswith("DRAKIT_CPUSET_")}
+    return {k: v for k, v in env_of(log).items() if k.startswith("DRAKIT_CPUSET_")}
 
 
 def test_one_claim_shared_by_two_pods(
@@ -233,10 +143,10 @@ def test_one_claim_shared_by_two_pods(
     assert {r["name"] for r in claim["status"]["reservedFor"]} == {"a", "b"}
     uid = claim["metadata"]["uid"]
     dirs = drakit["dirs"]
-    _delete_pod(cp, namespace, "a")
+    delete_pod(cp, namespace, "a")
     # The claim stays prepared while the second pod uses it.
     assert [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)]
-    _delete_pod(cp, namespace, "b")
+    delete_pod(cp, namespace, "b")
     wait_for(
         lambda: not [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)],
         timeout=60,
@@ -244,7 +154,7 @@ def test_one_claim_shared_by_two_pods(
     )
 
 
-def test_a_failing_prepare_shows_in_the_pods_events(
+def test_a_failing_prepare_shows_in_the_podspod_events(
     control_plane: ControlPlane, real_node: RealNode, drakit: dict[str, Any], namespace: str
 ) -> None:
     cp = control_plane
@@ -267,11 +177,11 @@ def test_a_failing_prepare_shows_in_the_pods_events(
     cp.api("POST", f"/api/v1/namespaces/{namespace}/pods", body)
 
     def failed_prepare() -> list[str]:
-        return [e for e in _events(cp, namespace, "bad") if "groupSize" in e]
+        return [e for e in pod_events(cp, namespace, "bad") if "groupSize" in e]
 
     events = wait_for(failed_prepare, timeout=60, what="the prepare error in the pod's events")
     assert any(e.startswith("FailedPrepareDynamicResources") for e in events), events
-    assert _phase(cp, namespace, "bad") == "Pending"
+    assert pod_phase(cp, namespace, "bad") == "Pending"
     assert not real_node.pod_log(namespace, "bad", "c")
 
 
@@ -282,14 +192,14 @@ def test_running_pods_keep_their_devices_across_restarts(
     its claim stays prepared, and a new pod still starts after each restart."""
     cp, proc, dirs = control_plane, drakit["proc"], drakit["dirs"]
     cls = drakit["classes"]["cpu"]
-    _template(cp, namespace, "cpu", cls)
+    claim_template(cp, namespace, "cpu", cls)
     claims = {"c": {"resourceClaimTemplateName": "cpu"}}
     running = run_pod(cp, real_node, namespace, "long", "env", claims)
-    uid = _pod_claim(cp, namespace, "long")["metadata"]["uid"]
+    uid = pod_claim(cp, namespace, "long")["metadata"]["uid"]
     container = _container_pid(real_node, namespace, "long")
 
     def still_prepared() -> None:
-        assert _phase(cp, namespace, "long") == "Running"
+        assert pod_phase(cp, namespace, "long") == "Running"
         assert _container_pid(real_node, namespace, "long") == container
         assert [s for s in dirs.cdi_specs().values() if uid in json.dumps(s)]
 
@@ -371,7 +281,9 @@ def test_a_node_leaves_nothing_on_the_machine(
             control_plane.api(
                 "POST", f"/api/v1/namespaces/{ns}/pods", pod("p", node.name, ["sh", "-c", "true"])
             )
-            wait_for(lambda: _phase(control_plane, ns, "p") == "Succeeded", timeout=60, what="pod")
+            wait_for(
+                lambda: pod_phase(control_plane, ns, "p") == "Succeeded", timeout=60, what="pod"
+            )
             during = _host_state()
             assert node.bridge in during["links"]
         finally:
