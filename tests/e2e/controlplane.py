@@ -259,6 +259,9 @@ class ControlPlane:
             ``resource.k8s.io`` version when an alpha DRA gate is on.
         extra_args: Extra command-line arguments per component name.
         start_timeout: Seconds to wait for each component to become ready.
+        disabled_admission: Admission plugins switched off. By default ``ServiceAccount`` (the
+            tests' pods never run, and their namespaces have no ServiceAccount) and
+            ``TaintNodesByCondition`` (fake Nodes stay schedulable).
     """
 
     def __init__(
@@ -270,7 +273,9 @@ class ControlPlane:
         runtime_config: Sequence[str] | None = None,
         extra_args: Mapping[str, Sequence[str]] | None = None,
         start_timeout: float = 120.0,
+        disabled_admission: Sequence[str] = ("ServiceAccount", "TaintNodesByCondition"),
     ) -> None:
+        self._disabled_admission = list(disabled_admission)
         self.bin_dir = bin_dir
         self.run_dir = run_dir if run_dir is not None else new_run_dir()
         self.logs_dir = self.run_dir / "logs"
@@ -379,7 +384,7 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--endpoint-reconciler-type=none",
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            f"--disable-admission-plugins={','.join(self._disabled_admission)}",
             "--allow-privileged=true",
             *gate_flags,
         ]

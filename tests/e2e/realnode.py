@@ -21,7 +21,7 @@ What it does so that nothing on the machine changes (``../shared/reference/real-
   masquerade, so the bridge plugin never enables forwarding and no iptables rule is written
   (``iptables`` is kept off the kubelet's PATH); the bridge is deleted at teardown. The kubelet's
   node IP is the machine's own source address (loopback is refused); its ports listen on loopback.
-- **Files**: everything lives under the node's run directory (short, in ``/dev/shm``, for socket
+- **Files**: everything lives under the node's run directory (``/tmp/rn-*``: short, for socket
   paths) and is deleted at teardown unless ``DRAKIT_E2E_KEEP`` is set.
 
 The kubelet uses the admin kubeconfig and authenticates callers of its own port through the API
@@ -189,9 +189,9 @@ class RealNode:
     timings: dict[str, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        shm = Path("/dev/shm")
-        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-        self.root = Path(tempfile.mkdtemp(prefix="rn-", dir=base))
+        # Short (socket paths stay below 108 bytes), and not below /dev: containers get a /dev
+        # of their own, so the chart's hostPath mounts of these directories must live elsewhere.
+        self.root = Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))
         self.root.chmod(0o755)
         token = secrets.token_hex(3)
         self.bridge = f"drk{token}"
@@ -226,8 +226,8 @@ class RealNode:
 
     @property
     def pod_logs_dir(self) -> Path:
-        """The kubelet's ``podLogsDir``: ``<ns>_<pod>_<uid>/<container>/<n>.log``."""
-        return self.root / "pod-logs"
+        """The kubelet's ``podLogsDir`` (``<ns>_<pod>_<uid>/<container>/<n>.log``), kept."""
+        return self.logs_dir / "pods"
 
     @property
     def cgroup_path(self) -> str:
@@ -242,7 +242,8 @@ class RealNode:
         try:
             self.ip = node_ip()
             self.logs_dir.mkdir(parents=True, exist_ok=True)
-            for sub in ("pod-logs", "cdi", "k", "cni/net.d", "ctd/root", "ctd/state"):
+            self.pod_logs_dir.mkdir(exist_ok=True)
+            for sub in ("cdi", "k", "cni/net.d", "ctd/root", "ctd/state"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
             self._make_cgroups()
             self._start_holder()
