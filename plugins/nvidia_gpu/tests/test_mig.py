@@ -34,7 +34,7 @@ def env(p: PreparedDevice) -> dict[str, str]:
 
 
 def nodes(p: PreparedDevice) -> list[str]:
-    return [n["path"] for n in p.edits.device_nodes]
+    return [n.path for n in p.edits.device_nodes]
 
 
 def fake_create(root: Path, profile_id: int, start: int, size: int, *, ci: bool) -> int:
