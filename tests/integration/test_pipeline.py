@@ -446,3 +446,26 @@ def test_cdi_specs_are_written_whatever_json_their_edits_hold(tmp_path: Path) ->
     big = {"cdiVersion": "0.3.0", "kind": "k8s.x/claim", "devices": [{"name": "u1-d", "n": 2**70}]}
     name = writer.write("u1", big)
     assert json.loads((tmp_path / "cdi" / name).read_text(encoding="utf-8")) == big
+
+
+def test_a_device_node_missing_on_the_host_fails_the_claim_until_it_is_there(
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
+) -> None:
+    """The driver has not made /dev/nvidia5 (yet): runc could not create it in a container."""
+    node = Path(f"{host.node.sysfs_root}/dev/nvidia5")
+    node.unlink()
+    try:
+        state = make_state(host, claims, tmp_path)
+        ref = claim(claims, [gpu("gpu-5")])
+        err = state.prepare([ref])[ref.uid].error
+        assert (
+            f"device 'gpu-5': device node /dev/nvidia5 (host path {node}, under device_root" in err
+        )
+        assert "is missing on the host" in err
+        assert "set device_root" in err
+        assert list((tmp_path / "cdi").glob("*.json")) == []  # no spec runc would fail on
+    finally:
+        make_device_node(host.node.sysfs_root, "/dev/nvidia5")
+    res = state.prepare([ref])[ref.uid]  # the kubelet's retry, once the node is there
+    assert res.error == ""
+    assert state.unprepare([ref])[ref.uid].error == ""
