@@ -189,3 +189,23 @@ def test_the_device_root_setting_comes_from_file_env_and_flag(
     assert load_settings(None, overrides={"device_root": Path("/x")}).device_root == Path("/x")
     monkeypatch.delenv("DRAKIT_DEVICE_ROOT")
     assert load_settings(None).device_root is None
+
+
+def test_the_host_nodes_are_checked_where_this_process_sees_the_device_root(
+    tmp_path: Path,
+) -> None:
+    """A pod mounts the host's <device_root>/dev elsewhere (the chart's device-root volume)."""
+    seen = tmp_path / "var/run/drakit/device-root"
+    make_device_node(seen, "/dev/nvidia0")
+    writer = CdiWriter(
+        tmp_path / "cdi", "x.drakit.io", device_root="/run/nvidia/driver", check_root=seen
+    )
+    spec = writer.build("u", [("gpu-0", nodes("/dev/nvidia0"))])
+    assert spec_nodes(spec) == [
+        {"path": "/dev/nvidia0", "hostPath": "/run/nvidia/driver/dev/nvidia0"}
+    ]
+    with pytest.raises(RetryableError) as e:
+        writer.build("u", [("gpu-1", nodes("/dev/nvidia1"))])
+    assert f"(seen here at {seen}/dev/nvidia1) is missing on the host" in str(e.value)
+    with pytest.raises(PermanentError, match="device_root_mount"):
+        CdiWriter(tmp_path, "x.drakit.io", check_root="relative")

@@ -182,6 +182,14 @@ class DrakitSettings(BaseSettings):
             "simulated hardware, else /"
         ),
     )
+    device_root_mount: _AbsPath | None = Field(
+        default=None,
+        description=(
+            "Where this process sees device_root, to check the host's nodes at prepare (the "
+            "chart mounts <device_root>/dev under /var/run/drakit/device-root); default: "
+            "device_root itself"
+        ),
+    )
     profile: _Name | None = Field(default=None, description="Simulated hardware profile name")
     kubeconfig: _Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

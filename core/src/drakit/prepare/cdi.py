@@ -104,10 +104,19 @@ class CdiWriter:
         device_root: where the container paths of device nodes are on the host (``/``: as
             they are; ``/run/nvidia/driver``: ``/dev/nvidia0`` is
             ``/run/nvidia/driver/dev/nvidia0``). The host nodes are checked at this path, so
-            drakit must see the host's device root at the same path (the chart mounts it).
+            drakit must see the host's device root at the same path, or at ``check_root``.
+        check_root: where this process sees ``device_root`` (a pod that mounts the host's
+            ``<device_root>/dev`` elsewhere); default: ``device_root``.
     """
 
-    def __init__(self, cdi_dir: Path, driver: str, *, device_root: Path | str = "/") -> None:
+    def __init__(
+        self,
+        cdi_dir: Path,
+        driver: str,
+        *,
+        device_root: Path | str = "/",
+        check_root: Path | str | None = None,
+    ) -> None:
         self.cdi_dir = cdi_dir
         self.driver = driver
         self.kind = cdi_kind(driver)
@@ -120,9 +129,17 @@ class CdiWriter:
                 "directory the device nodes' /dev is in (/ on most nodes)"
             )
         self.device_root = Path(root)
-        self._prefix = "" if root == "/" else root.rstrip("/")
+        self._prefix = "" if root == "/" else root
+        seen = root if check_root is None else os.path.normpath(str(check_root))
+        if not seen.startswith("/"):
+            raise PermanentError(
+                f"device_root_mount {str(check_root)!r} is not an absolute path; set it to where "
+                "this process sees device_root"
+            )
+        self.check_root = Path(seen)
+        self._seen = "" if seen == "/" else seen
         # regular files stand in for char devices only in a tree the simulator built unprivileged
-        self._stand_ins = is_simulated(self.device_root)
+        self._stand_ins = is_simulated(self.check_root)
 
     def spec_name(self, claim_uid: str) -> str:
         """The file name of a claim's spec.
@@ -167,16 +184,20 @@ class CdiWriter:
             nodes = cdi.get("deviceNodes")
             if nodes:
                 for node in nodes:
+                    path = node["path"]
                     host = node.get("hostPath")
-                    if host is None and self._prefix:
-                        host = node["hostPath"] = self._prefix + node["path"]
-                    host = host or node["path"]
+                    if host is None:
+                        if self._prefix:
+                            host = node["hostPath"] = self._prefix + path
+                        seen = self._seen + path  # where this process sees the host's node
+                    else:  # the plugin's own: seen where it is
+                        seen = host
                     # the runtime reads the host node unless type and major are given (go-cdi)
-                    if host not in checked and not (
+                    if seen not in checked and not (
                         "type" in node and (node.get("major") or node["type"] == "p")
                     ):
-                        self._check_node(name, node["path"], host)
-                        checked.add(host)
+                        self._check_node(name, path, host or path, seen)
+                        checked.add(seen)
             cdi_devices.append({"name": self.device_name(claim_uid, name), "containerEdits": cdi})
         spec: dict[str, Any] = {"cdiVersion": "", "kind": self.kind, "devices": cdi_devices}
         if env:
@@ -184,10 +205,10 @@ class CdiWriter:
         spec["cdiVersion"] = min_cdi_version(spec)
         return spec
 
-    def _check_node(self, device: str, path: str, host: str) -> None:
+    def _check_node(self, device: str, path: str, host: str, seen: str) -> None:
         """Refuse a host node the container runtime could not use (it ``lstat`` s it)."""
         try:
-            mode = os.lstat(host).st_mode
+            mode = os.lstat(seen).st_mode
         except FileNotFoundError:
             problem = "is missing on the host"
         except OSError as e:
@@ -206,6 +227,8 @@ class CdiWriter:
             )
             problem = f"is {kind}, not a device node (the container runtime refuses it)"
         where = "" if host == path else f" (host path {host}, under device_root {self.device_root})"
+        if seen != host:
+            where += f" (seen here at {seen})"
         raise RetryableError(
             f"device {device!r}: device node {path}{where} {problem}; load the driver that "
             "creates it, or set device_root to the host directory whose dev/ holds it; will retry"

@@ -144,6 +144,7 @@ class DriverState:
         device_root: the host directory whose ``dev/`` holds the device nodes the CDI specs
             name (``hostPath``); ``None``: the simulated root for simulated hardware, else ``/``
             (:func:`drakit.prepare.cdi.device_root_of`).
+        device_root_mount: where this process sees ``device_root`` (default: there).
 
     Raises:
         PermanentError: the driver name is not a DNS subdomain, or the state directory is a
@@ -164,6 +165,7 @@ class DriverState:
         get_workers: int = 8,
         inventory: Inventory | None = None,
         device_root: Path | None = None,
+        device_root_mount: Path | None = None,
     ) -> None:
         if len(driver) > 253 or not DNS_SUBDOMAIN.fullmatch(driver):  # noqa: PLR2004
             raise PermanentError(
@@ -181,7 +183,10 @@ class DriverState:
         ensure_dir(state_dir)
         self.dir = ensure_dir(state_dir / driver)
         self.cdi = CdiWriter(
-            cdi_dir, driver, device_root=device_root_of(device_root, host.node.sysfs_root)
+            cdi_dir,
+            driver,
+            device_root=device_root_of(device_root, host.node.sysfs_root),
+            check_root=device_root_mount,
         )
         self.store = CheckpointStore(
             self.dir / "checkpoint.json", driver, boot_id, on_repair, recover=self._recover
