@@ -12,7 +12,8 @@ Device nodes: a plugin names each node by its container path (``/dev/nvidia0``);
 sets ``hostPath`` to the same path under the node's device root (``device_root``, as NVIDIA's
 ``devRoot``: ``/run/nvidia/driver`` gives ``/run/nvidia/driver/dev/nvidia0``; left out when the
 root is ``/``) and checks, as the container runtime will (``lstat``: a char, block or FIFO node,
-no link), that the host node is there, so a claim whose node is missing fails at prepare with
+no link; a node found good is not read again for :data:`NODE_CHECK_SECONDS`), that the host
+node is there, so a claim whose node is missing fails at prepare with
 the device and the path instead of at container start. A simulated device root (one the
 simulator built) may hold regular files where it could not create char devices (not root).
 """
@@ -24,6 +25,7 @@ import json
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,6 +47,9 @@ from drakit.simseam import is_simulated
 __all__ = ["CdiWriter", "cdi_kind", "device_root_of", "min_cdi_version"]
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
+NODE_CHECK_SECONDS: Final = 5.0
+"""A host node found good is not read again for this long (an ``lstat`` costs ~5 us; a GPU
+claim names four nodes, and the same ones claim after claim)."""
 MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
 """A spec larger than this is not one drakit wrote (read back only to rebuild a lost checkpoint)."""
 
@@ -140,6 +145,7 @@ class CdiWriter:
         self._seen = "" if seen == "/" else seen
         # regular files stand in for char devices only in a tree the simulator built unprivileged
         self._stand_ins = is_simulated(self.check_root)
+        self._checked: dict[str, float] = {}  # host node as seen here -> good until (monotonic)
 
     def spec_name(self, claim_uid: str) -> str:
         """The file name of a claim's spec.
@@ -177,7 +183,8 @@ class CdiWriter:
             RetryableError: a device node the runtime would read from the host is missing
                 there, or is not a device node (the message names the device and both paths).
         """
-        checked: set[str] = set()
+        checked = self._checked
+        now = 0.0
         cdi_devices = []
         for name, edits in devices:
             cdi = edits.to_cdi()
@@ -193,11 +200,12 @@ class CdiWriter:
                     else:  # the plugin's own: seen where it is
                         seen = host
                     # the runtime reads the host node unless type and major are given (go-cdi)
-                    if seen not in checked and not (
-                        "type" in node and (node.get("major") or node["type"] == "p")
-                    ):
+                    if "type" in node and (node.get("major") or node["type"] == "p"):
+                        continue
+                    now = now or time.monotonic()
+                    if checked.get(seen, 0.0) < now:  # not seen there in the last few seconds
                         self._check_node(name, path, host or path, seen)
-                        checked.add(seen)
+                        checked[seen] = now + NODE_CHECK_SECONDS
             cdi_devices.append({"name": self.device_name(claim_uid, name), "containerEdits": cdi})
         spec: dict[str, Any] = {"cdiVersion": "", "kind": self.kind, "devices": cdi_devices}
         if env:

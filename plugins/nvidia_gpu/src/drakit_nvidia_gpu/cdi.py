@@ -11,6 +11,7 @@ NVIDIA container toolkit's own CDI spec (``docs/gpu-backends.md``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +31,16 @@ _MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
 def gpu_nodes(minor: int, caps: Sequence[int] = ()) -> tuple[CdiDeviceNode, ...]:
     """Device nodes of a GPU (and, for a MIG device, its capability minors)."""
     return (
-        CdiDeviceNode(path=f"/dev/nvidia{minor}"),
+        _gpu_node(minor),
         *_CONTROL,
         *(CdiDeviceNode(path=f"/dev/nvidia-caps/nvidia-cap{c}") for c in caps),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _gpu_node(minor: int) -> CdiDeviceNode:
+    """``/dev/nvidia<minor>``, built once per GPU (a frozen model: one per process is enough)."""
+    return CdiDeviceNode(path=f"/dev/nvidia{minor}")
 
 
 def mig_cap_minor(root: Path, gpu_minor: int, gi: int, ci: int | None = None) -> int:
