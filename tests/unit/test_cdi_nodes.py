@@ -72,7 +72,7 @@ def test_a_bad_device_node_is_an_error_naming_its_field(
     node: dict[str, object], field: str
 ) -> None:
     with pytest.raises(ValidationError) as e:
-        CdiEdits(device_nodes=(node,))  # type: ignore[arg-type]
+        CdiEdits(device_nodes=(node,))
     assert [err["loc"][-1] for err in e.value.errors()] == [field]
 
 
@@ -80,9 +80,9 @@ def test_bad_env_mounts_and_hooks_are_refused() -> None:
     with pytest.raises(ValidationError, match="NAME=value"):
         CdiEdits(env=("NO_EQUALS",))
     with pytest.raises(ValidationError, match="containerpath"):
-        CdiEdits(mounts=({"hostPath": "/a", "containerpath": "/b"},))  # type: ignore[arg-type]
+        CdiEdits(mounts=({"hostPath": "/a", "containerpath": "/b"},))
     with pytest.raises(ValidationError, match=r"hooks\.0\.hookName"):
-        CdiEdits(hooks=({"hookName": "beforeStart", "path": "/bin/x"},))  # type: ignore[arg-type]
+        CdiEdits(hooks=({"hookName": "beforeStart", "path": "/bin/x"},))
 
 
 # -- the device root and the host check ---------------------------------------------------------
