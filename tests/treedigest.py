@@ -8,9 +8,16 @@ from pathlib import Path
 
 
 def tree_digest(root: Path) -> str:
-    """SHA-256 over relative paths, file contents and symlink targets, in sorted order."""
+    """SHA-256 over relative paths, file contents and symlink targets, in sorted order.
+
+    The simulated device nodes under ``dev/`` are left out: they are character devices or
+    regular files depending on the builder's privilege (``drakit.sim.devnodes``), and
+    ``tests/unit/test_sim_devnodes.py`` checks them by name and kind.
+    """
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == str(root) and "dev" in dirnames:
+            dirnames.remove("dev")
         dirnames.sort()
         rel_dir = os.path.relpath(dirpath, root)
         h.update(f"D {rel_dir}\n".encode())

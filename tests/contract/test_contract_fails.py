@@ -40,6 +40,7 @@ class Plugin:
     DEVICES = {devices}
     HEALTH_EXTRA = {health_extra!r}
     STRICT = {strict!r}
+    NODES = {nodes!r}
 
     def __init__(self, context):
         self.context = context
@@ -67,7 +68,7 @@ class Plugin:
                 request=d.request,
                 pool=d.pool,
                 device=d.device,
-                edits=CdiEdits(env=(f"KIT_DEVICE={{d.device}}",)),
+                edits=CdiEdits(env=(f"KIT_DEVICE={{d.device}}",), device_nodes=tuple(self.NODES)),
             )
             for d in claim.devices
         ]
@@ -106,10 +107,20 @@ def run_contract(
     devices: list[dict[str, object]] = TWO_CARDS,
     health_extra: tuple[str, ...] = (),
     strict: bool = True,
+    nodes: tuple[dict[str, str], ...] = (),
+    messages: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """Install the backend, run the contract on it; test name -> outcome."""
+    """Install the backend, run the contract on it; test name -> outcome.
+
+    ``nodes``: the device nodes its prepare hands out (as dicts); ``messages`` receives each
+    failed test's report.
+    """
     source = BACKEND.format(
-        driver=DRIVER, devices=devices, health_extra=list(health_extra), strict=strict
+        driver=DRIVER,
+        devices=devices,
+        health_extra=list(health_extra),
+        strict=strict,
+        nodes=list(nodes),
     )
     entry_points.install("drakit.plugins", "kit_card", source)
     pytester.makepyfile(test_kit=textwrap.dedent(CONTRACT.format(plugin="kit_card")))
@@ -119,6 +130,8 @@ def run_contract(
         name = report.nodeid.rsplit("::", 1)[-1]
         if report.when == "call" or report.outcome != "passed":
             outcomes[name] = "skipped" if report.skipped else report.outcome
+            if messages is not None and report.failed:
+                messages[name] = report.longreprtext
     return outcomes
 
 
@@ -166,3 +179,44 @@ def test_a_backend_that_accepts_a_bad_config_fails(
     outcomes = run_contract(pytester, entry_points, strict=False)
     assert outcomes["test_bad_configs_are_refused_naming_a_field"] == "failed"
     assert outcomes["test_discovery_finds_devices"] == "passed"
+
+
+def test_a_device_node_from_the_test_machine_fails(
+    pytester: pytest.Pytester, entry_points: EntryPoints
+) -> None:
+    # a hard-coded hostPath of the machine running the tests, not of the simulated node
+    messages: dict[str, str] = {}
+    outcomes = run_contract(
+        pytester,
+        entry_points,
+        nodes=({"path": "/dev/kit0", "hostPath": "/dev/null"},),
+        messages=messages,
+    )
+    assert outcomes["test_cdi_edits_are_typed_and_name_simulated_nodes"] == "failed"
+    assert "leave host_path unset" in messages["test_cdi_edits_are_typed_and_name_simulated_nodes"]
+    assert outcomes["test_every_device_prepares_and_unprepares"] == "passed"
+
+
+def test_a_misspelt_device_node_key_fails_naming_it(
+    pytester: pytest.Pytester, entry_points: EntryPoints
+) -> None:
+    messages: dict[str, str] = {}
+    outcomes = run_contract(
+        pytester, entry_points, nodes=({"path": "/dev/kit0", "hostpath": "/x"},), messages=messages
+    )
+    assert outcomes["test_every_device_prepares_and_unprepares"] == "failed"
+    assert "hostpath" in messages["test_every_device_prepares_and_unprepares"]
+    assert outcomes["test_discovery_finds_devices"] == "passed"
+
+
+def test_a_device_node_missing_on_the_simulated_node_fails(
+    pytester: pytest.Pytester, entry_points: EntryPoints
+) -> None:
+    messages: dict[str, str] = {}
+    outcomes = run_contract(
+        pytester, entry_points, nodes=({"path": "/dev/kit0"},), messages=messages
+    )
+    assert outcomes["test_every_device_prepares_and_unprepares"] == "failed"
+    message = messages["test_every_device_prepares_and_unprepares"]
+    assert "device node /dev/kit0" in message
+    assert "is missing on the host" in message

@@ -23,6 +23,7 @@ from drakit.host.startup import open_host
 from drakit.models import ClaimRef
 from drakit.prepare.checkpoint import ClaimPhase
 from drakit.prepare.pipeline import MAX_OPAQUE_BYTES, DriverState
+from drakit.sim import make_device_node
 from drakit.testing import ClaimStore
 
 GPU = "gpu.nvidia.drakit.io"
@@ -54,10 +55,11 @@ def test_prepare_returns_cdi_ids_and_writes_one_spec(
     assert [p.name for p in specs] == [f"k8s.{GPU}-claim_{ref.uid}.json"]
     spec = json.loads(specs[0].read_text())
     assert spec["kind"] == f"k8s.{GPU}/claim"
-    # CDI device names that start with a digit (a UID can) need spec version 0.5.0
-    assert spec["cdiVersion"] == ("0.5.0" if ref.uid[0].isdigit() else "0.3.0")
+    # hostPath (the simulated root is the device root) needs spec version 0.5.0
+    assert spec["cdiVersion"] == "0.5.0"
+    root = host.node.sysfs_root
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
-        {"path": p}
+        {"path": p, "hostPath": f"{root}{p}"}
         for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
     ]
 
@@ -342,6 +344,8 @@ def test_backends_sharing_one_driver_name_are_routed_to_their_owner(tmp_path: Pa
     with open_host(settings) as h:
         build_inventory(h)
         assert h.plugins_for_driver(shared) == ["cpu", "example_fpga"]
+        # the example backend has no simulated part: its device node is made here, as one would
+        make_device_node(h.node.sysfs_root, "/dev/fpga-1")
         state = DriverState(
             shared, h, claims, state_dir=tmp_path / "s", cdi_dir=tmp_path / "c", boot_id="b"
         )
@@ -424,14 +428,44 @@ def test_cdi_version_is_the_lowest_that_expresses_the_spec(
 
 
 def test_cdi_specs_are_written_whatever_json_their_edits_hold(tmp_path: Path) -> None:
-    """orjson writes specs; what only the standard encoder takes (an integer beyond 64 bits in
-    a plugin's device node) is written too, and non-ASCII text stays readable."""
+    """orjson writes specs; what only the standard encoder takes (an integer beyond 64 bits)
+    is written too, and non-ASCII text stays readable."""
     from drakit.models import CdiEdits
     from drakit.prepare.cdi import CdiWriter
+    from drakit.sim import make_device_node
 
-    writer = CdiWriter(tmp_path, "x.drakit.io")
-    for uid, node in (("u1", {"path": "/dev/x", "major": 2**70}), ("u2", {"path": "/dev/\u00e4"})):
-        spec = writer.build(uid, [("d", CdiEdits(device_nodes=(node,)))])
-        name = writer.write(uid, spec)
-        got = json.loads((tmp_path / name).read_text(encoding="utf-8"))
-        assert got["devices"][0]["containerEdits"]["deviceNodes"] == [node]
+    root = tmp_path / "root"
+    make_device_node(root, "/dev/\u00e4")
+    writer = CdiWriter(tmp_path / "cdi", "x.drakit.io", device_root=root)
+    spec = writer.build("u2", [("d", CdiEdits(device_nodes=({"path": "/dev/\u00e4"},)))])
+    name = writer.write("u2", spec)
+    got = json.loads((tmp_path / "cdi" / name).read_text(encoding="utf-8"))
+    assert got["devices"][0]["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/\u00e4", "hostPath": f"{root}/dev/\u00e4"}
+    ]
+    big = {"cdiVersion": "0.3.0", "kind": "k8s.x/claim", "devices": [{"name": "u1-d", "n": 2**70}]}
+    name = writer.write("u1", big)
+    assert json.loads((tmp_path / "cdi" / name).read_text(encoding="utf-8")) == big
+
+
+def test_a_device_node_missing_on_the_host_fails_the_claim_until_it_is_there(
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
+) -> None:
+    """The driver has not made /dev/nvidia5 (yet): runc could not create it in a container."""
+    node = Path(f"{host.node.sysfs_root}/dev/nvidia5")
+    node.unlink()
+    try:
+        state = make_state(host, claims, tmp_path)
+        ref = claim(claims, [gpu("gpu-5")])
+        err = state.prepare([ref])[ref.uid].error
+        assert (
+            f"device 'gpu-5': device node /dev/nvidia5 (host path {node}, under device_root" in err
+        )
+        assert "is missing on the host" in err
+        assert "set device_root" in err
+        assert list((tmp_path / "cdi").glob("*.json")) == []  # no spec runc would fail on
+    finally:
+        make_device_node(host.node.sysfs_root, "/dev/nvidia5")
+    res = state.prepare([ref])[ref.uid]  # the kubelet's retry, once the node is there
+    assert res.error == ""
+    assert state.unprepare([ref])[ref.uid].error == ""

@@ -209,6 +209,33 @@ def test_daemonset_mounts_probes_and_updates(helm: Helm) -> None:
     assert container["resources"]["requests"] == {"cpu": "50m", "memory": "128Mi"}
 
 
+@pytest.mark.parametrize(
+    ("root", "dev"), [("/", "/dev"), ("/run/nvidia/driver/", "/run/nvidia/driver/dev")]
+)
+def test_backends_with_device_nodes_see_the_hosts_device_root(
+    helm: Helm, root: str, dev: str
+) -> None:
+    """The CDI specs name nodes under deviceRoot; the pod mounts them to check them at prepare."""
+    objects = helm.template({"deviceRoot": root, "backends": {"nvidia_gpu": {"enabled": True}}})
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    container = node_container(objects)
+    assert f"--device-root={root}" in container["args"]
+    assert "--device-root-mount=/var/run/drakit/device-root" in container["args"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "dev"]
+    assert volume["hostPath"] == {"path": dev, "type": "Directory"}
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "dev"]
+    assert mount == {
+        "name": "dev",
+        "mountPath": "/var/run/drakit/device-root/dev",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
+    # CPUs alone hand out no device nodes: nothing of the host's /dev is mounted
+    cpu_only = node_container(helm.template())
+    assert "dev" not in {m["name"] for m in cpu_only["volumeMounts"]}
+    assert not any(a.startswith("--device-root-mount") for a in cpu_only["args"])
+
+
 def test_webhook_configurations(helm: Helm) -> None:
     objects = helm.template()
     mutating = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
@@ -288,6 +315,7 @@ BAD_VALUES = [
     pytest.param({"nodeSelector": {"a": "b"}}, "nodeSelector", id="unknown-key"),
     pytest.param({"backends": {"cpu": {"driver": "CPU_driver"}}}, "/backends/cpu/driver", id="drv"),
     pytest.param({"kubeletDir": "var/lib/kubelet"}, "/kubeletDir", id="relative-path"),
+    pytest.param({"deviceRoot": "run/nvidia"}, "/deviceRoot", id="relative-device-root"),
     pytest.param({"webhook": {"failurePolicy": "Sometimes"}}, "/webhook/failurePolicy", id="enum"),
     pytest.param({"metrics": {"port": 70000}}, "/metrics/port", id="port"),
     pytest.param({"config": {"plugins": {"cpu": {}}}}, "plugins", id="plugins-in-config"),

@@ -27,6 +27,7 @@ from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import (
     AllocatedDevice,
+    CdiDeviceNode,
     ClaimInfo,
     Device,
     DeviceHealth,
@@ -328,7 +329,8 @@ def test_third_party_prepare_is_routed_to_it() -> None:
     assert owner == "example_fpga"
     [prepared] = host.prepare(owner, claim_for("fpga-1"))
     assert prepared.device == "fpga-1"
-    assert prepared.edits.device_nodes == ({"path": "/dev/fpga-1"},)
+    # it returns a dict; the typed model is what core gets
+    assert prepared.edits.device_nodes == (CdiDeviceNode(path="/dev/fpga-1"),)
 
 
 # -- discovery merging -------------------------------------------------------------------------

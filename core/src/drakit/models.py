@@ -14,19 +14,26 @@ from fractions import Fraction
 from typing import Annotated, Any, Literal, Self, cast
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    SerializationInfo,
     ValidationError,
+    model_serializer,
     model_validator,
 )
 
 __all__ = [
     "AllocatedDevice",
     "AttributeValue",
+    "CdiDeviceNode",
     "CdiEdits",
+    "CdiHook",
+    "CdiMount",
+    "CdiPath",
     "ClaimInfo",
     "ClaimPrepareResult",
     "ClaimRef",
@@ -40,6 +47,7 @@ __all__ = [
     "DeviceInventory",
     "DeviceKey",
     "DeviceTaint",
+    "EnvEntry",
     "NetworkData",
     "NodeInfo",
     "PreparedDevice",
@@ -406,25 +414,159 @@ class ClaimInfo(_Frozen):
     devices: tuple[AllocatedDevice, ...]
 
 
-class CdiEdits(_Frozen):
-    """Container edits for one prepared device (a subset of CDI ``containerEdits``)."""
+_UINT32_MAX = 2**32 - 1
+_MAX_CDI_PATH = 4096
 
-    env: tuple[str, ...] = ()
-    device_nodes: tuple[dict[str, Any], ...] = Field(default=(), alias="deviceNodes")
-    mounts: tuple[dict[str, Any], ...] = ()
-    hooks: tuple[dict[str, Any], ...] = ()
+
+def _absolute_path(value: str) -> str:
+    if not value.startswith("/") or "\0" in value or len(value.encode()) > _MAX_CDI_PATH:
+        raise ValueError(
+            f"{value[:80]!r} is not an absolute path (it must start with '/', contain no NUL "
+            f"and be at most {_MAX_CDI_PATH} bytes)"
+        )
+    if ".." in value.split("/"):
+        raise ValueError(f"{value[:80]!r} has a '..' component; write the path without it")
+    return value
+
+
+def _env_entry(value: str) -> str:
+    name, eq, _ = value.partition("=")
+    if not eq or not name or "\0" in value:
+        raise ValueError(
+            f"{value[:80]!r} is not an environment entry: write NAME=value (a non-empty name, "
+            "no NUL)"
+        )
+    return value
+
+
+_CDI_SPELLING = {
+    "host_path": "hostPath",
+    "container_path": "containerPath",
+    "file_mode": "fileMode",
+    "hook_name": "hookName",
+}
+"""Field name -> CDI's spelling, where they differ."""
+
+CdiPath = Annotated[str, AfterValidator(_absolute_path)]
+"""An absolute path without ``..`` components (a CDI ``path``, ``hostPath``, ``containerPath``)."""
+EnvEntry = Annotated[str, AfterValidator(_env_entry)]
+"""One ``NAME=value`` environment entry, as CDI's ``env`` lists them."""
+
+
+class _Cdi(_Frozen):
+    """A CDI spec object: frozen, unknown keys refused, CDI's spelling (``hostPath``) or ours.
+
+    Serialised with only the fields that were given and are set (not ``None``, not empty), in
+    the checkpoint as in a spec, so a device node is ``{"path": "/dev/nvidia0"}`` and not
+    eight nulls more. Built directly from the fields: a spec and a checkpoint record are
+    written on every prepare, and pydantic's own serialiser with a filter costs twice as much.
+    """
+
+    @model_serializer(mode="plain")
+    def _given_fields(self, info: SerializationInfo) -> dict[str, Any]:
+        return self._fields(cdi=bool(info.by_alias))
+
+    def _fields(self, *, cdi: bool) -> dict[str, Any]:
+        values = self.__dict__
+        spelling = _CDI_SPELLING if cdi else {}
+        return {
+            spelling.get(k, k): list(v) if type(v) is tuple else v
+            for k in self.__pydantic_fields_set__
+            if (v := values[k]) is not None and v != ()
+        }
 
     def to_cdi(self) -> dict[str, Any]:
-        """The CDI ``containerEdits`` JSON object."""
+        """The CDI JSON object (CDI's spelling, unset fields left out)."""
+        return self._fields(cdi=True)
+
+
+class CdiDeviceNode(_Cdi):
+    """One CDI ``deviceNodes`` entry: a device node the container gets.
+
+    ``path`` is where the container sees it (``/dev/nvidia0``). ``host_path`` is the node on
+    the host; leave it unset and core sets it from the node's device root (``device_root``,
+    ``docs/operating.md``): ``<device_root>/dev/nvidia0``, left out of the spec when the device
+    root is ``/``. The container runtime reads type, major and minor from the host's node
+    unless they are given; core refuses to write a spec whose host node is missing.
+
+    Example: ``CdiDeviceNode(path="/dev/nvidia0")``, or the dict ``{"path": "/dev/nvidia0"}``
+    (CDI's spelling, ``hostPath``, ``fileMode``, is accepted in dicts, as are the field names;
+    anything else is an error naming the key).
+    """
+
+    path: CdiPath
+    host_path: CdiPath | None = Field(default=None, alias="hostPath")
+
+    type: Literal["c", "b", "u", "p"] | None = Field(
+        default=None, description="c (char), b (block), u (unbuffered char), p (FIFO)"
+    )
+    major: int | None = Field(default=None, ge=0, le=_UINT32_MAX)
+    minor: int | None = Field(default=None, ge=0, le=_UINT32_MAX)
+    permissions: str | None = Field(
+        default=None,
+        pattern=r"^(r|rw|rwm|rm|w|wm|m)$",
+        description="cgroup access: a subset of 'rwm'",
+    )
+    file_mode: int | None = Field(
+        default=None, alias="fileMode", ge=0, le=0o7777, description="permission bits (0o666)"
+    )
+    uid: int | None = Field(default=None, ge=0, le=_UINT32_MAX)
+    gid: int | None = Field(default=None, ge=0, le=_UINT32_MAX)
+
+    def to_cdi(self) -> dict[str, Any]:
+        """The CDI JSON object; a node given by its path alone (most are) the quickest."""
+        if len(self.__pydantic_fields_set__) == 1:
+            return {"path": self.path}
+        return super().to_cdi()
+
+
+class CdiMount(_Cdi):
+    """One CDI ``mounts`` entry: ``host_path`` bind-mounted (by default) at ``container_path``."""
+
+    host_path: str = Field(alias="hostPath", min_length=1, max_length=_MAX_CDI_PATH)
+    container_path: CdiPath = Field(alias="containerPath")
+    options: tuple[str, ...] = ()
+    type: str | None = Field(default=None, min_length=1, description="e.g. bind, tmpfs")
+
+
+class CdiHook(_Cdi):
+    """One CDI ``hooks`` entry: an OCI hook the runtime runs at ``hook_name``."""
+
+    hook_name: Literal[
+        "prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"
+    ] = Field(alias="hookName")
+    path: CdiPath
+    args: tuple[str, ...] = ()
+    env: tuple[EnvEntry, ...] = ()
+    timeout: int | None = Field(default=None, gt=0, description="seconds")
+
+
+class CdiEdits(_Frozen):
+    """Container edits for one prepared device (a subset of CDI ``containerEdits``).
+
+    Every entry is typed (:class:`CdiDeviceNode`, :class:`CdiMount`, :class:`CdiHook`, ``env``
+    as ``NAME=value``) and unknown keys are refused, so a misspelt key fails the plugin's
+    prepare with its name (``device_nodes.0.hostpath: Extra inputs are not permitted``) instead
+    of going silently into the spec. Dicts in CDI's spelling are accepted where a model is
+    expected.
+    """
+
+    env: tuple[EnvEntry, ...] = ()
+    device_nodes: tuple[CdiDeviceNode, ...] = Field(default=(), alias="deviceNodes")
+    mounts: tuple[CdiMount, ...] = ()
+    hooks: tuple[CdiHook, ...] = ()
+
+    def to_cdi(self) -> dict[str, Any]:
+        """The CDI ``containerEdits`` JSON object (device nodes as given: no host path added)."""
         out: dict[str, Any] = {}
         if self.env:
             out["env"] = list(self.env)
         if self.device_nodes:
-            out["deviceNodes"] = [dict(d) for d in self.device_nodes]
+            out["deviceNodes"] = [d.to_cdi() for d in self.device_nodes]
         if self.mounts:
-            out["mounts"] = [dict(m) for m in self.mounts]
+            out["mounts"] = [m.to_cdi() for m in self.mounts]
         if self.hooks:
-            out["hooks"] = [dict(h) for h in self.hooks]
+            out["hooks"] = [h.to_cdi() for h in self.hooks]
         return out
 
 

@@ -154,13 +154,13 @@ def test_prepare_gives_kfd_and_the_allocated_render_nodes(build: Callable[..., S
     with host_for(node) as host:
         host.discover()
         whole, part = host.prepare("amd_gpu", claim("gpu-0000-2b-00-0", f"{GPU0}-cpx-1"))
-    assert [n["path"] for n in whole.edits.device_nodes] == [
+    assert [n.path for n in whole.edits.device_nodes] == [
         "/dev/kfd",
         "/dev/dri/card2",
         "/dev/dri/renderD129",
     ]
     # XCP 1 of GPU 0 is the first amdgpu_xcp platform device: card 9, renderD136
-    assert [n["path"] for n in part.edits.device_nodes] == [
+    assert [n.path for n in part.edits.device_nodes] == [
         "/dev/kfd",
         "/dev/dri/card9",
         "/dev/dri/renderD136",

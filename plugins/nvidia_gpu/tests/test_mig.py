@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ def env(p: PreparedDevice) -> dict[str, str]:
 
 
 def nodes(p: PreparedDevice) -> list[str]:
-    return [n["path"] for n in p.edits.device_nodes]
+    return [n.path for n in p.edits.device_nodes]
 
 
 def fake_create(root: Path, profile_id: int, start: int, size: int, *, ci: bool) -> int:
@@ -71,9 +72,13 @@ def test_prepare_creates_the_placement_and_unprepare_destroys_it(
         ]
         cap_file = root / f"proc/driver/nvidia/capabilities/gpu0/mig/gi{gi['gi']}/access"
         assert f"DeviceFileMinor: {caps[0]}" in cap_file.read_text()
+        # the simulated driver made every node the claim names (the CDI check needs them)
+        cap_nodes = [root / f"dev/nvidia-caps/nvidia-cap{c}" for c in caps]
+        assert all(os.path.lexists(root / n.lstrip("/")) for n in nodes(p))
 
         host.unprepare("nvidia_gpu", "uid-1", [p])
         assert mig_instances(root)[gpu0(root)] == []
+        assert not any(os.path.lexists(n) for n in cap_nodes)  # gone with the instances
         host.unprepare("nvidia_gpu", "uid-1", [p])  # already gone: still fine
 
 

@@ -87,7 +87,7 @@ def test_time_slicing_sets_the_default_compute_mode_and_shares_the_gpu(
         [p] = host.prepare("nvidia_gpu", make_claim("gpu-2", configs=(cfg,)))
     assert compute_mode(root, 2) == 0
     assert p.state["sharing"] == "TimeSlicing"
-    assert p.edits.device_nodes[0]["path"] == "/dev/nvidia2"
+    assert p.edits.device_nodes[0].path == "/dev/nvidia2"
 
 
 def test_mps_sets_exclusive_process_and_gives_the_client_environment(
@@ -111,9 +111,9 @@ def test_mps_sets_exclusive_process_and_gives_the_client_environment(
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M,1=10240M"
         assert a.edits.env == b.edits.env
-        assert a.edits.mounts == (
+        assert [m.to_cdi() for m in a.edits.mounts] == [
             {"hostPath": "/run/mps", "containerPath": "/run/mps", "options": ["rbind", "rw"]},
-        )
+        ]
         host.unprepare("nvidia_gpu", "uid-1", [a, b])
     assert (compute_mode(root, 0), compute_mode(root, 1)) == (0, 0)
 

@@ -35,6 +35,16 @@ __all__ = ["demo", "node", "webhook"]
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="Host root whose sys/ is read instead of /sys (the sysfs directory itself works too).",
 )
+@click.option(
+    "--device-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Host directory whose dev/ holds the device nodes (default: /, or the simulated root).",
+)
+@click.option(
+    "--device-root-mount",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where this process sees --device-root (default: at the same path).",
+)
 @click.option("--metrics-port", type=int, help="Port for /metrics, /healthz, /readyz (0: any).")
 def node(
     config_path: Path | None,
@@ -45,6 +55,8 @@ def node(
     state_dir: Path | None,
     profile: str | None,
     sysfs_root: Path | None,
+    device_root: Path | None,
+    device_root_mount: Path | None,
     metrics_port: int | None,
 ) -> None:
     """Run the node driver (the DaemonSet entrypoint); flags override the config file."""
@@ -61,6 +73,8 @@ def node(
         "state_dir": state_dir,
         "profile": profile,
         "sysfs_root": host_root(sysfs_root),
+        "device_root": device_root,
+        "device_root_mount": device_root_mount,
     }
     settings = load_settings(config_path, overrides=overrides)
     if metrics_port is not None:

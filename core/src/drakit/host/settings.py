@@ -80,8 +80,15 @@ def _path(value: Path) -> Path:
     return value
 
 
+def _absolute(value: Path) -> Path:
+    if not value.is_absolute():
+        raise ValueError(f"{str(value)[:80]!r} is not an absolute path; write it from / on")
+    return value
+
+
 _NodeName = Annotated[str, AfterValidator(_node_name)]
 _Path = Annotated[Path, AfterValidator(_path)]
+_AbsPath = Annotated[Path, AfterValidator(_path), AfterValidator(_absolute)]
 _Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
 
 
@@ -167,6 +174,22 @@ class DrakitSettings(BaseSettings):
     cdi_dir: _Path = Path("/var/run/cdi")
     state_dir: _Path = Path("/var/lib/drakit")
     sysfs_root: _Path = Path("/")
+    device_root: _AbsPath | None = Field(
+        default=None,
+        description=(
+            "Host directory whose dev/ holds the device nodes CDI specs name as hostPath "
+            "(NVIDIA's devRoot, e.g. /run/nvidia/driver); default: the simulated root for "
+            "simulated hardware, else /"
+        ),
+    )
+    device_root_mount: _AbsPath | None = Field(
+        default=None,
+        description=(
+            "Where this process sees device_root, to check the host's nodes at prepare (the "
+            "chart mounts <device_root>/dev under /var/run/drakit/device-root); default: "
+            "device_root itself"
+        ),
+    )
     profile: _Name | None = Field(default=None, description="Simulated hardware profile name")
     kubeconfig: _Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -163,6 +163,8 @@ class Node:
                 on_repair=functools.partial(self._repaired, driver),
                 observer=self.metrics,
                 inventory=self._inventory,
+                device_root=s.device_root,
+                device_root_mount=s.device_root_mount,
             )
             self.states[driver] = state
             try:  # networkData a crash kept from the API server (written in the background)

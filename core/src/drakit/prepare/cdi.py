@@ -7,6 +7,15 @@ Files are written atomically (temp file, fsync, rename), mode 0644 whatever the 
 UID must be one plain file-name component (so a spec never lands outside the directory), and a
 link planted at a spec's name is replaced or removed, never followed. ``cdiVersion`` is the
 lowest version the content needs, so older runtimes can read it.
+
+Device nodes: a plugin names each node by its container path (``/dev/nvidia0``); the writer
+sets ``hostPath`` to the same path under the node's device root (``device_root``, as NVIDIA's
+``devRoot``: ``/run/nvidia/driver`` gives ``/run/nvidia/driver/dev/nvidia0``; left out when the
+root is ``/``) and checks, as the container runtime will (``lstat``: a char, block or FIFO node,
+no link; a node found good is not read again for :data:`NODE_CHECK_SECONDS`), that the host
+node is there, so a claim whose node is missing fails at prepare with
+the device and the path instead of at container start. A simulated device root (one the
+simulator built) may hold regular files where it could not create char devices (not root).
 """
 
 from __future__ import annotations
@@ -16,12 +25,13 @@ import json
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
-from drakit.errors import PermanentError
+from drakit.errors import PermanentError, RetryableError
 from drakit.models import CdiEdits
 from drakit.prepare.safefs import (
     DIR_MODE,
@@ -32,10 +42,14 @@ from drakit.prepare.safefs import (
     fs_error,
     read_regular,
 )
+from drakit.simseam import is_simulated
 
-__all__ = ["CdiWriter", "cdi_kind", "min_cdi_version"]
+__all__ = ["CdiWriter", "cdi_kind", "device_root_of", "min_cdi_version"]
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
+NODE_CHECK_SECONDS: Final = 5.0
+"""A host node found good is not read again for this long (an ``lstat`` costs ~5 us; a GPU
+claim names four nodes, and the same ones claim after claim)."""
 MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
 """A spec larger than this is not one drakit wrote (read back only to rebuild a lost checkpoint)."""
 
@@ -75,20 +89,63 @@ def min_cdi_version(spec: dict[str, Any]) -> str:
     return ".".join(map(str, version))
 
 
+def device_root_of(device_root: Path | str | None, sysfs_root: Path | str) -> Path:
+    """The device root a node uses: ``device_root`` if set, else the simulated root, else ``/``.
+
+    A simulated root (``--profile``, or a ``--sysfs-root`` the simulator built) holds its
+    device nodes in its own ``dev/``, so it is its own device root unless one is configured.
+    """
+    if device_root is not None:
+        return Path(device_root)
+    return Path(sysfs_root) if is_simulated(Path(sysfs_root)) else Path("/")
+
+
 class CdiWriter:
     """Writes and removes one driver's per-claim CDI specs.
 
     Args:
         cdi_dir: the CDI spec directory the container runtime reads.
         driver: the DRA driver name.
+        device_root: where the container paths of device nodes are on the host (``/``: as
+            they are; ``/run/nvidia/driver``: ``/dev/nvidia0`` is
+            ``/run/nvidia/driver/dev/nvidia0``). The host nodes are checked at this path, so
+            drakit must see the host's device root at the same path, or at ``check_root``.
+        check_root: where this process sees ``device_root`` (a pod that mounts the host's
+            ``<device_root>/dev`` elsewhere); default: ``device_root``.
     """
 
-    def __init__(self, cdi_dir: Path, driver: str) -> None:
+    def __init__(
+        self,
+        cdi_dir: Path,
+        driver: str,
+        *,
+        device_root: Path | str = "/",
+        check_root: Path | str | None = None,
+    ) -> None:
         self.cdi_dir = cdi_dir
         self.driver = driver
         self.kind = cdi_kind(driver)
         self.vendor = self.kind.split("/")[0]
         self._dir = str(cdi_dir)
+        root = os.path.normpath(str(device_root))
+        if not root.startswith("/"):
+            raise PermanentError(
+                f"device_root {str(device_root)!r} is not an absolute path; set it to the host "
+                "directory the device nodes' /dev is in (/ on most nodes)"
+            )
+        self.device_root = Path(root)
+        self._prefix = "" if root == "/" else root
+        seen = root if check_root is None else os.path.normpath(str(check_root))
+        if not seen.startswith("/"):
+            raise PermanentError(
+                f"device_root_mount {str(check_root)!r} is not an absolute path; set it to where "
+                "this process sees device_root"
+            )
+        self.check_root = Path(seen)
+        self._seen = "" if seen == "/" else seen
+        # regular files stand in for char devices only in a tree the simulator built unprivileged
+        self._stand_ins = is_simulated(self.check_root)
+        self._checked: dict[str, float] = {}  # host node as seen here -> good until (monotonic)
 
     def spec_name(self, claim_uid: str) -> str:
         """The file name of a claim's spec.
@@ -118,19 +175,72 @@ class CdiWriter:
         *,
         env: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The spec for a claim: one CDI device per ``(device name, edits)``."""
-        spec: dict[str, Any] = {
-            "cdiVersion": "",
-            "kind": self.kind,
-            "devices": [
-                {"name": self.device_name(claim_uid, name), "containerEdits": edits.to_cdi()}
-                for name, edits in devices
-            ],
-        }
+        """The spec for a claim: one CDI device per ``(device name, edits)``.
+
+        Device nodes get their ``hostPath`` under the device root (unless the plugin set one).
+
+        Raises:
+            RetryableError: a device node the runtime would read from the host is missing
+                there, or is not a device node (the message names the device and both paths).
+        """
+        checked = self._checked
+        now = 0.0
+        cdi_devices = []
+        for name, edits in devices:
+            cdi = edits.to_cdi()
+            nodes = cdi.get("deviceNodes")
+            if nodes:
+                for node in nodes:
+                    path = node["path"]
+                    host = node.get("hostPath")
+                    if host is None:
+                        if self._prefix:
+                            host = node["hostPath"] = self._prefix + path
+                        seen = self._seen + path  # where this process sees the host's node
+                    else:  # the plugin's own: seen where it is
+                        seen = host
+                    # the runtime reads the host node unless type and major are given (go-cdi)
+                    if "type" in node and (node.get("major") or node["type"] == "p"):
+                        continue
+                    now = now or time.monotonic()
+                    if checked.get(seen, 0.0) < now:  # not seen there in the last few seconds
+                        self._check_node(name, path, host or path, seen)
+                        checked[seen] = now + NODE_CHECK_SECONDS
+            cdi_devices.append({"name": self.device_name(claim_uid, name), "containerEdits": cdi})
+        spec: dict[str, Any] = {"cdiVersion": "", "kind": self.kind, "devices": cdi_devices}
         if env:
             spec["containerEdits"] = {"env": [f"{k}={v}" for k, v in sorted(env.items())]}
         spec["cdiVersion"] = min_cdi_version(spec)
         return spec
+
+    def _check_node(self, device: str, path: str, host: str, seen: str) -> None:
+        """Refuse a host node the container runtime could not use (it ``lstat`` s it)."""
+        try:
+            mode = os.lstat(seen).st_mode
+        except FileNotFoundError:
+            problem = "is missing on the host"
+        except OSError as e:
+            problem = f"cannot be read on the host ({os.strerror(e.errno or 0)})"
+        else:
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode):
+                return
+            if self._stand_ins and stat.S_ISREG(mode):
+                return  # a simulated node made without the privilege to create char devices
+            kind = (
+                "a link"
+                if stat.S_ISLNK(mode)
+                else "a directory"
+                if stat.S_ISDIR(mode)
+                else ("a regular file" if stat.S_ISREG(mode) else "not a device node")
+            )
+            problem = f"is {kind}, not a device node (the container runtime refuses it)"
+        where = "" if host == path else f" (host path {host}, under device_root {self.device_root})"
+        if seen != host:
+            where += f" (seen here at {seen})"
+        raise RetryableError(
+            f"device {device!r}: device node {path}{where} {problem}; load the driver that "
+            "creates it, or set device_root to the host directory whose dev/ holds it; will retry"
+        )
 
     def write(self, claim_uid: str, spec: dict[str, Any]) -> str:
         """Write a claim's spec atomically (mode 0644); returns the file name.

@@ -65,7 +65,7 @@ from drakit.models import (
     PreparedDevice,
     PreparedDeviceRef,
 )
-from drakit.prepare.cdi import CdiWriter
+from drakit.prepare.cdi import CdiWriter, device_root_of
 from drakit.prepare.checkpoint import Checkpoint, CheckpointStore, ClaimPhase, ClaimRecord
 from drakit.prepare.claims import (
     DNS_SUBDOMAIN,
@@ -141,6 +141,10 @@ class DriverState:
         get_workers: how many claim GETs run in parallel (calls with several claims).
         inventory: the node's device inventory (which plugin owns which device); each kubelet
             call reads its current snapshot once. ``None``: one of its own, discovered now.
+        device_root: the host directory whose ``dev/`` holds the device nodes the CDI specs
+            name (``hostPath``); ``None``: the simulated root for simulated hardware, else ``/``
+            (:func:`drakit.prepare.cdi.device_root_of`).
+        device_root_mount: where this process sees ``device_root`` (default: there).
 
     Raises:
         PermanentError: the driver name is not a DNS subdomain, or the state directory is a
@@ -160,6 +164,8 @@ class DriverState:
         observer: PipelineObserver | None = None,
         get_workers: int = 8,
         inventory: Inventory | None = None,
+        device_root: Path | None = None,
+        device_root_mount: Path | None = None,
     ) -> None:
         if len(driver) > 253 or not DNS_SUBDOMAIN.fullmatch(driver):  # noqa: PLR2004
             raise PermanentError(
@@ -176,7 +182,12 @@ class DriverState:
         self._reader = ClaimReader(driver, host, claims)
         ensure_dir(state_dir)
         self.dir = ensure_dir(state_dir / driver)
-        self.cdi = CdiWriter(cdi_dir, driver)
+        self.cdi = CdiWriter(
+            cdi_dir,
+            driver,
+            device_root=device_root_of(device_root, host.node.sysfs_root),
+            check_root=device_root_mount,
+        )
         self.store = CheckpointStore(
             self.dir / "checkpoint.json", driver, boot_id, on_repair, recover=self._recover
         )

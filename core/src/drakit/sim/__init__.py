@@ -12,6 +12,12 @@ entry point group. See ``docs/simulated-hardware.md``.
 from __future__ import annotations
 
 from drakit.sim.builder import MACHINE_INFO_PATH, SysfsBuilder, format_cpumask
+from drakit.sim.devnodes import (
+    CONTROL_STAND_IN,
+    DEVICE_STAND_IN,
+    make_device_node,
+    remove_device_node,
+)
 from drakit.sim.profiles import (
     BUILTIN_DISTRIBUTION,
     DEFAULT_PROFILE,
@@ -42,7 +48,9 @@ from drakit.sim.spec import (
 
 __all__ = [
     "BUILTIN_DISTRIBUTION",
+    "CONTROL_STAND_IN",
     "DEFAULT_PROFILE",
+    "DEVICE_STAND_IN",
     "MACHINE_INFO_PATH",
     "CacheSpec",
     "CpuSpec",
@@ -62,9 +70,11 @@ __all__ = [
     "format_cpumask",
     "get_profile",
     "list_profiles",
+    "make_device_node",
     "materialize",
     "profile_info",
     "profile_source",
     "register_profile",
+    "remove_device_node",
     "simulated_libraries",
 ]

@@ -4,7 +4,9 @@ The tree is what discovery reads on a real node, under ``<root>/sys`` and ``<roo
 real directories for devices, relative symlinks where the kernel has symlinks, and file
 contents in the kernel's spelling (every value ends in ``\\n``). Discovery code pointed at
 ``<root>`` instead of ``/`` takes the very code path it takes in production; nothing above the
-sysfs seam is faked. A spec's vendor parts (:class:`~drakit.sim.spec.SimPart`, defined by
+sysfs seam is faked. Device nodes the tree promises (``/dev/infiniband/uverbs<N>`` and
+``rdma_cm`` here; vendors' parts add theirs) are made under ``<root>/dev`` by
+:mod:`drakit.sim.devnodes`. A spec's vendor parts (:class:`~drakit.sim.spec.SimPart`, defined by
 each backend's simulator module, such as the fake NVML's ``<root>/drakit-sim/nvml.json``) write
 their own files after the generic tree.
 """
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drakit.cpuset import format_cpulist
+from drakit.sim.devnodes import make_device_node
 from drakit.sim.spec import (
     CacheSpec,
     MachineSpec,
@@ -42,6 +45,7 @@ MACHINE_INFO_PATH = Path("drakit-sim") / "machine.json"
 _MAX_ROUTING_ID = 0xFFFF  # bus ff, device 1f, function 7
 _UVERBS_MAJOR = 231
 _UVERBS_MINOR_BASE = 192
+RDMA_CM = "/dev/infiniband/rdma_cm"
 _ARPHRD = {"ether": 1, "infiniband": 32}
 _ADDR_LEN = {"ether": 6, "infiniband": 20}
 _CACHE_LEVELS = (("index0", 1, "Data"), ("index1", 1, "Instruction"), ("index2", 2, "Unified"))
@@ -118,6 +122,11 @@ class _Tree:
             os.write(fd, text.encode())
         finally:
             os.close(fd)
+        self.files += 1
+
+    def device(self, path: str, *, control: bool = False) -> None:
+        """A device node ``path`` (``/dev/...``) under the root (:mod:`drakit.sim.devnodes`)."""
+        make_device_node(self._root, path, control=control)
         self.files += 1
 
     def link(self, rel: str, target: str) -> None:
@@ -383,6 +392,8 @@ class SysfsBuilder:
         state = _PciState()
         for root in self.spec.pci_roots:
             self._write_root(tree, root, state)
+        if state.uverbs:  # the RDMA connection manager's node, with the first RDMA device
+            tree.device(RDMA_CM, control=True)
 
     def _local_cpus(self, numa_node: int) -> list[int]:
         if numa_node < 0:
@@ -509,6 +520,7 @@ class SysfsBuilder:
         tree.write(f"{u}/dev", f"{_UVERBS_MAJOR}:{_UVERBS_MINOR_BASE + state.uverbs}")
         tree.link(f"{u}/device", d)
         tree.link(f"sys/class/infiniband_verbs/{uverbs}", u)
+        tree.device(f"/dev/infiniband/{uverbs}")
         state.uverbs += 1
 
     @staticmethod
@@ -608,6 +620,8 @@ class SysfsBuilder:
             ctx=ctx,
             state=state,
         )
+        if state.uverbs:
+            tree.device(RDMA_CM, control=True)
 
     def _find(self, address: str) -> tuple[str, PciDeviceSpec, _FnContext] | None:
         def walk(

@@ -18,6 +18,7 @@ simulated node, one plugin host and one running node are shared by the class's t
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import tempfile
@@ -28,12 +29,13 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import pytest
+from pydantic import ValidationError
 
 from drakit.allocator import ResourceSlice
 from drakit.errors import ConfigInvalid
 from drakit.host.discovery import Discovered
 from drakit.host.startup import fast_tmp
-from drakit.models import DeviceKey
+from drakit.models import CdiEdits, DeviceKey
 from drakit.publish.render import check_pool, render_checked
 from drakit.sim import MachineSpec
 from drakit.testing.nodes import (
@@ -376,6 +378,44 @@ class BackendContract:
             assert leaf in out.error, f"the claim's error does not name {leaf!r}: {out.error}"
             assert out.spec_files() == []
             contract_running.claims.remove(claim)
+
+    def test_cdi_edits_are_typed_and_name_simulated_nodes(self, contract_target: _Target) -> None:
+        """CDI edits read back as ``CdiEdits``; device nodes are in the simulated ``dev/``.
+
+        Every device node the runtime would read from the host must be in the simulated
+        node's ``dev/``. Core sets ``hostPath`` under the device root (the simulated root
+        here) and refuses a missing node, so this fails a backend that hard-codes a host path
+        (``/dev/...`` of the machine running the tests) or whose profile lacks the nodes its
+        prepare names.
+        """
+        running, devices, driver = contract_target
+        self._require_devices(devices)
+        slices = running.slices()
+        dev = running.sim.root.resolve() / "dev"
+        for i, key in enumerate(devices):
+            claim = self._claim(running, driver, [key], name=f"contract-nodes-{i}", slices=slices)
+            out = running.kubelet.prepare(claim)
+            assert out.error is None, f"prepare of {key} failed: {out.error}"
+            try:
+                for cdi_id, body in out.cdi_edits().items():
+                    try:
+                        edits = CdiEdits.model_validate(body)
+                    except ValidationError as e:
+                        pytest.fail(f"CDI edits of {key} ({cdi_id}) are not valid: {e}")
+                    for n in edits.device_nodes:
+                        if n.type is not None and (n.major or n.type == "p"):
+                            continue  # the runtime makes it from its numbers, not the host's
+                        host = Path(n.host_path or n.path)
+                        assert host.is_relative_to(dev), (
+                            f"device node {n.path} of {key}: its host path {host} is not in the "
+                            f"simulated node's {dev}: leave host_path unset (core puts it under "
+                            "the device root) and make the node in the profile "
+                            "(drakit.sim.make_device_node, in a SimPart)"
+                        )
+                        assert os.path.lexists(host), f"device node {host} of {key} is missing"
+            finally:
+                assert running.kubelet.unprepare(claim) is None
+                running.claims.remove(claim)
 
     def test_cdi_files_are_not_writable_by_others(self, contract_target: _Target) -> None:
         """CDI specs (and their directory) are writable by their owner only, and stay inside it."""

@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from drakit.errors import PermanentError, RetryableError
-from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, NetworkData, PreparedDevice
+from drakit.models import (
+    AllocatedDevice,
+    CdiDeviceNode,
+    CdiEdits,
+    ClaimInfo,
+    NetworkData,
+    PreparedDevice,
+)
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
 from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
@@ -46,6 +53,7 @@ ENV_PREFIX = "DRAKIT_AINIC_"
 SELECTION_KIND = "ainic-vf"
 """``SelectionRequest.kind`` of the VF choice; ``options["loads"]`` maps VF index -> shares."""
 RDMA_CM = "/dev/infiniband/rdma_cm"
+_RDMA_CM_NODE = CdiDeviceNode(path=RDMA_CM)
 
 Select = Callable[[str, SelectionRequest], SelectionResult]
 
@@ -390,9 +398,9 @@ class Preparer:
         if queues:
             env.append(f"{prefix}QUEUES={'0' if queues == 1 else f'0-{queues - 1}'}")
             state["queues"] = queues
-        nodes: list[dict[str, Any]] = []
+        nodes: list[CdiDeviceNode] = []
         if plan.cfg.get("rdma", True) and fn.rdma_device and fn.uverbs:
-            nodes = [{"path": f"/dev/infiniband/{fn.uverbs}"}, {"path": RDMA_CM}]
+            nodes = [CdiDeviceNode(path=f"/dev/infiniband/{fn.uverbs}"), _RDMA_CM_NODE]
             env.append(f"{prefix}RDMA_DEVICE={fn.rdma_device}")
             env.append(f"{prefix}UVERBS=/dev/infiniband/{fn.uverbs}")
         return PreparedDevice(

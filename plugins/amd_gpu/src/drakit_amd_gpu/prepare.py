@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from drakit.errors import PermanentError
-from drakit.models import CdiEdits, ClaimInfo, PreparedDevice
+from drakit.models import CdiDeviceNode, CdiEdits, ClaimInfo, PreparedDevice
 from drakit_amd_gpu.devices import Published
 
 __all__ = ["prepare_devices"]
@@ -33,15 +32,15 @@ def prepare_devices(
                 f"{dev.device!r} is not an AMD GPU on this node "
                 f"(known: {', '.join(sorted(published)) or 'none'})"
             )
-        nodes: list[dict[str, Any]] = [{"path": "/dev/kfd"}]
+        nodes = [CdiDeviceNode(path="/dev/kfd")]
         renders = [n.render_minor for n in target.nodes] or (
             [target.gpu.render_minor] if target.gpu.render_minor is not None else []
         )
         for minor in renders:
             card = target.gpu.card_of(root, minor)
             if card is not None:
-                nodes.append({"path": f"/dev/dri/card{card}"})
-            nodes.append({"path": f"/dev/dri/renderD{minor}"})
+                nodes.append(CdiDeviceNode(path=f"/dev/dri/card{card}"))
+            nodes.append(CdiDeviceNode(path=f"/dev/dri/renderD{minor}"))
         out.append(
             PreparedDevice(
                 request=dev.request,

@@ -11,26 +11,36 @@ NVIDIA container toolkit's own CDI spec (``docs/gpu-backends.md``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from drakit.errors import RetryableError
+from drakit.models import CdiDeviceNode
 
 __all__ = ["CONTROL_NODES", "VISIBLE_DEVICES", "gpu_nodes", "mig_cap_minor", "visible_env"]
 
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+_CONTROL = tuple(CdiDeviceNode(path=p) for p in CONTROL_NODES)  # the same for every GPU
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 _CAPS = Path("proc") / "driver" / "nvidia" / "capabilities"
 _MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
 
 
-def gpu_nodes(minor: int, caps: Sequence[int] = ()) -> tuple[dict[str, Any], ...]:
+def gpu_nodes(minor: int, caps: Sequence[int] = ()) -> tuple[CdiDeviceNode, ...]:
     """Device nodes of a GPU (and, for a MIG device, its capability minors)."""
-    paths = [f"/dev/nvidia{minor}", *CONTROL_NODES]
-    paths += [f"/dev/nvidia-caps/nvidia-cap{c}" for c in caps]
-    return tuple({"path": p} for p in paths)
+    return (
+        _gpu_node(minor),
+        *_CONTROL,
+        *(CdiDeviceNode(path=f"/dev/nvidia-caps/nvidia-cap{c}") for c in caps),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _gpu_node(minor: int) -> CdiDeviceNode:
+    """``/dev/nvidia<minor>``, built once per GPU (a frozen model: one per process is enough)."""
+    return CdiDeviceNode(path=f"/dev/nvidia{minor}")
 
 
 def mig_cap_minor(root: Path, gpu_minor: int, gi: int, ci: int | None = None) -> int:

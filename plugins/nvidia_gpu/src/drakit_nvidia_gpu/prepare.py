@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from drakit.errors import PermanentError, RetryableError
-from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice
+from drakit.models import AllocatedDevice, CdiEdits, CdiMount, ClaimInfo, PreparedDevice
 from drakit_nvidia_gpu.cdi import gpu_nodes, visible_env
 from drakit_nvidia_gpu.config import INTERVALS, GpuConfig, Sharing
 from drakit_nvidia_gpu.devices import Published
@@ -109,7 +109,7 @@ def _set_timeslice(uuid: str, interval: str, where: str, nvidia_smi: str, settin
 
 def mps_edits(
     pipe: str, uuids: Sequence[str], sharing: Sharing
-) -> tuple[list[str], list[dict[str, Any]]]:
+) -> tuple[list[str], list[CdiMount]]:
     """The MPS client environment and the pipe-directory mount for a claim's devices."""
     env = [f"CUDA_MPS_PIPE_DIRECTORY={pipe}"]
     if sharing.mps is not None and sharing.mps.default_active_thread_percentage is not None:
@@ -119,7 +119,7 @@ def mps_edits(
     if sharing.mps is not None and sharing.mps.pinned_mib is not None:
         limit = ",".join(f"{i}={sharing.mps.pinned_mib}M" for i in range(len(uuids)))
         env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limit}")
-    mounts = [{"hostPath": pipe, "containerPath": pipe, "options": ["rbind", "rw"]}]
+    mounts = [CdiMount(host_path=pipe, container_path=pipe, options=("rbind", "rw"))]
     return env, mounts
 
 
@@ -164,7 +164,7 @@ def prepare_devices(
         where = f"claim {claim.namespace}/{claim.name} request {dev.request!r} ({dev.device})"
         sharing = claim_sharing(dev)
         env = [visible_env(uuids)]
-        mounts: list[dict[str, Any]] = []
+        mounts: list[CdiMount] = []
         state: dict[str, Any] = {"uuid": uuid}
         if sharing is not None:
             apply_sharing(

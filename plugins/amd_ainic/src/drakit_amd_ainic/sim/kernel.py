@@ -34,6 +34,7 @@ from drakit.sim import (
     RdmaSpec,
     SriovSpec,
     SysfsBuilder,
+    remove_device_node,
 )
 from drakit_amd_ainic.sim.netlink import NETLINK_DIR
 
@@ -81,7 +82,8 @@ class SriovKernel:
 
     Every ``interval`` seconds it compares each SR-IOV PF's ``sriov_numvfs`` with the VFs that
     exist: writing ``N`` to a PF without VFs creates ``N`` (the builder's layout: functions,
-    netdevs, queues, RDMA devices, uverbs); writing ``0`` removes them; any other change is
+    netdevs, queues, RDMA devices, uverbs and their ``/dev/infiniband`` nodes); writing ``0``
+    removes them; any other change is
     refused as the kernel refuses it (EBUSY: the file is put back to the current count).
 
     Args:
@@ -161,6 +163,8 @@ class SriovKernel:
             ):
                 for entry in (vf_dir / sub).glob("*") if (vf_dir / sub).is_dir() else ():
                     (sys_dir / cls / entry.name).unlink(missing_ok=True)
+                    if sub == "infiniband_verbs":  # its /dev/infiniband/uverbs<N> goes too
+                        remove_device_node(self.root, f"/dev/infiniband/{entry.name}")
             drv = vf_dir / "driver"
             if drv.is_symlink():
                 (Path(os.path.realpath(drv)) / vf_dir.name).unlink(missing_ok=True)

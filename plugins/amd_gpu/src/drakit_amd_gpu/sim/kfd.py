@@ -13,7 +13,9 @@ writes what the kernel shows on a real node (sources: ``docs/references.md``, "D
   one node per compute partition (one per GPU in SPX), with ``properties`` (``location_id``,
   ``domain``, ``drm_render_minor``, ``simd_count``, ``num_xcc``, ``gfx_target_version``...) and
   ``mem_banks/0/properties`` (``size_in_bytes``; ``local_mem_size`` is 0 as in the kernel);
-* ``sys/module/amdgpu/version`` (the DKMS module's four-part version).
+* ``sys/module/amdgpu/version`` (the DKMS module's four-part version);
+* the device nodes ``/dev/kfd`` and ``/dev/dri/{card,renderD}<N>`` of every DRM device above
+  (stand-ins: :mod:`drakit.sim.devnodes`).
 
 Card numbers start at 1, render minors at 128, GPUs first in PCI order, then the XCP devices
 (simulation choices; the real numbering is dynamic).
@@ -26,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from drakit.sim import MachineSpec, PciDeviceSpec
+from drakit.sim import MachineSpec, PciDeviceSpec, make_device_node
 
 __all__ = ["AMD_GPU_MODELS", "AmdGpuModel", "AmdGpuSysfs", "amd_gpus", "write_amd_gpus"]
 
@@ -112,6 +114,7 @@ def _drm(root: Path, parent: Path, card: int, render: int) -> None:
         d = parent / "drm" / name
         _write(d / "dev", f"{_DRM_MAJOR}:{minor}")
         _link(root / "sys/class/drm" / name, d)
+        make_device_node(root, f"/dev/dri/{name}")
 
 
 def _properties(values: dict[str, int]) -> str:
@@ -125,6 +128,7 @@ def write_amd_gpus(spec: MachineSpec, root: Path) -> int:
         return 0
     sys_root = root / "sys"
     _write(sys_root / "module/amdgpu/version", DRIVER_VERSION)
+    make_device_node(root, "/dev/kfd", control=True)
     topo = sys_root / "class/kfd/kfd/topology"
     _write(topo / "generation_id", "1")
     _write(topo / "system_properties", "platform_oem 0\nplatform_id 0\nplatform_rev 0\n")

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from drakit.sim.devnodes import make_device_node, remove_device_node
+
 if TYPE_CHECKING:
     from drakit.sim import MachineSpec
 
@@ -166,7 +168,11 @@ class NvmlDescription(BaseModel):
         return self.model_dump_json(indent=2) + "\n"
 
     def write(self, spec: MachineSpec, root: Path) -> None:
-        """Write ``<root>/drakit-sim/nvml.json`` (a :class:`drakit.sim.SimPart` of the spec)."""
+        """Write ``<root>/drakit-sim/nvml.json`` (a :class:`drakit.sim.SimPart` of the spec).
+
+        And the device nodes the driver makes: ``/dev/nvidia<minor>`` of each GPU and the
+        control nodes (stand-ins: :mod:`drakit.sim.devnodes`).
+        """
         path = root / NVML_DESCRIPTION_PATH
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -174,6 +180,10 @@ class NvmlDescription(BaseModel):
             os.write(fd, self.to_json().encode())
         finally:
             os.close(fd)
+        for gpu in self.devices:
+            make_device_node(root, f"/dev/nvidia{gpu.minor_number}")
+        for node in CONTROL_NODES if self.devices else ():
+            make_device_node(root, node, control=True)
 
 
 def load_nvml_description(root: Path) -> NvmlDescription:
@@ -256,6 +266,8 @@ _CAPS = Path("proc") / "driver" / "nvidia" / "capabilities"
 _ALL_INSTANCES = 0xFFFFFFFF
 _MAX_MIG_DEVICES = 7
 _CAP_MINOR_BASE = 3
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+"""The driver's control nodes, made with the GPUs' own ``/dev/nvidia<minor>`` nodes."""
 
 _BRANDS = {"Unknown": 0, "Quadro": 1, "Tesla": 2, "NVS": 3, "Grid": 4, "GeForce": 5, "Nvidia": 14}
 _ARCHITECTURES = {
@@ -368,7 +380,8 @@ class FakeNvml:
     that created it, exactly as MIG instances survive a crash on real hardware. Events come
     from ``drakit-sim/nvml-events.jsonl`` (:func:`inject_xid`, :func:`inject_gpu_lost`).
     Creating a GPU or compute instance writes the MIG capability files the real driver
-    publishes under ``proc/driver/nvidia/capabilities`` of the root.
+    publishes under ``proc/driver/nvidia/capabilities`` of the root, and their
+    ``/dev/nvidia-caps/nvidia-cap<minor>`` nodes (stand-ins: :mod:`drakit.sim.devnodes`).
 
     Args:
         root: the simulated root holding ``drakit-sim/nvml.json``.
@@ -465,11 +478,21 @@ class FakeNvml:
     def _write_cap(self, gpu: NvmlGpu, gi: int, ci: int | None) -> None:
         path = self._caps(gpu, gi, ci)
         path.parent.mkdir(parents=True, exist_ok=True)
-        minor = _CAP_MINOR_BASE + gpu.minor_number * 256 + gi * 9 + (0 if ci is None else 1 + ci)
+        minor = self._cap_minor(gpu, gi, ci)
         path.write_text(
             f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
             encoding="ascii",
         )
+        make_device_node(self.root, f"/dev/nvidia-caps/nvidia-cap{minor}")
+
+    @staticmethod
+    def _cap_minor(gpu: NvmlGpu, gi: int, ci: int | None) -> int:
+        return _CAP_MINOR_BASE + gpu.minor_number * 256 + gi * 9 + (0 if ci is None else 1 + ci)
+
+    def _remove_cap(self, gpu: NvmlGpu, gi: int, ci: int | None) -> None:
+        """Remove a capability file and its ``/dev/nvidia-caps`` node."""
+        self._caps(gpu, gi, ci).unlink(missing_ok=True)
+        remove_device_node(self.root, f"/dev/nvidia-caps/nvidia-cap{self._cap_minor(gpu, gi, ci)}")
 
     # -- init and system -----------------------------------------------------------------------
 
@@ -780,7 +803,7 @@ class FakeNvml:
                     break
             else:
                 raise NVMLError_NotFound()
-        self._caps(gpu, ci.gi, ci.ci).unlink(missing_ok=True)
+        self._remove_cap(gpu, ci.gi, ci.ci)
         return 0
 
     def nvmlGpuInstanceDestroy(self, gi: _GpuInstance) -> int:
@@ -794,10 +817,9 @@ class FakeNvml:
             if rec["ci"]:
                 raise NVMLError_InUse()
             held.remove(rec)
-        cap = self._caps(gpu, gi.gi)
-        cap.unlink(missing_ok=True)
+        self._remove_cap(gpu, gi.gi, None)
         with contextlib.suppress(OSError):
-            cap.parent.rmdir()
+            self._caps(gpu, gi.gi).parent.rmdir()
         return 0
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Device) -> int:
