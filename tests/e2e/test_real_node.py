@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
-from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, device_classes, published_drivers
+from tests.e2e.nodeproc import RESOURCE, NodeDirs, NodeProcess, published_drivers
 from tests.e2e.realnode import (
     CGROUP_ROOT,
     RealNode,
@@ -31,6 +32,9 @@ from tests.e2e.realnode import (
     run_pod,
 )
 
+from drakit.deviceclasses import render_device_classes
+from drakit.host.settings import DrakitSettings
+from drakit.host.startup import open_host
 from drakit.sim import build_profile
 from drakit_cpu.prepare import cpuset_env_name
 
@@ -39,17 +43,26 @@ pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
 PROFILE = "h200-8gpu-8ainic"
 
 
+PAIRS = "gpu-nic.real.drakit.io"
+
+
 @pytest.fixture(scope="module")
 def drakit(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[str, Any]]:
-    """``drakit node`` serving the real node; yields its process, dirs and class names."""
+    """``drakit node`` serving the real node with drakit's own DeviceClasses.
+
+    CPU under its own driver; GPUs, NICs and GPU-NIC pairs under one driver (the composite).
+    Yields its process (``proc``, replaced by a restart), ``dirs``, ``drivers`` (backend ->
+    driver), ``classes`` (drakit's class name -> the copy made here) and ``start``.
+    """
     cp = control_plane
     dirs = NodeDirs(real_node.root)
     dirs.state_dir.mkdir(exist_ok=True)
     root = build_profile(PROFILE, real_node.root / "sim")
     plugins: dict[str, dict[str, Any]] = {
         "cpu": {},
-        "nvidia_gpu": {},
-        "amd_ainic": {"state_dir": str(dirs.state_dir / "ainic")},
+        "nvidia_gpu": {"driver": PAIRS},
+        "amd_ainic": {"driver": PAIRS},
+        "composite": {"driver": PAIRS, "numa_classes": 0},
     }
 
     def start() -> NodeProcess:
@@ -65,14 +78,29 @@ def drakit(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[st
         proc.wait_ready(timeout=90)
         return proc
 
-    state: dict[str, Any] = {"dirs": dirs, "drivers": published_drivers(plugins), "start": start}
-    state["proc"] = start()
+    suffix = uuid.uuid4().hex[:6]
+    with open_host(DrakitSettings(profile=PROFILE, plugins=plugins)) as host:
+        objects = render_device_classes(host.driver_names(), host.device_classes(), {})
+    classes: dict[str, str] = {}
+    for obj in objects:
+        classes[obj["metadata"]["name"]] = own = f"{obj['metadata']['name']}-{suffix}"
+        obj["metadata"]["name"] = own
+        obj["spec"].pop("extendedResourceName", None)
+        cp.api("POST", f"{RESOURCE}/deviceclasses", obj)
+    state: dict[str, Any] = {
+        "dirs": dirs,
+        "drivers": published_drivers(plugins),
+        "classes": classes,
+        "start": start,
+    }
     try:
-        with device_classes(cp, "real", state["drivers"]) as classes:
-            state["classes"] = classes
-            yield state
+        state["proc"] = start()
+        yield state
     finally:
-        state["proc"].close()
+        if "proc" in state:
+            state["proc"].close()
+        for own in classes.values():
+            cp.api("DELETE", f"{RESOURCE}/deviceclasses/{own}")
 
 
 def test_cpu_claim_reaches_the_container_and_is_unprepared_when_the_pod_goes(
@@ -263,7 +291,12 @@ def _host_state() -> dict[str, Any]:
     return {
         "paths": [p for p in paths if os.path.lexists(p)],
         "sysctls": {s: Path("/proc/sys", s).read_text() for s in sysctls},
-        "links": sorted(line.split(":")[1].strip() for line in links.splitlines()),
+        # veth ends of the session node's pods come and go with them; the bridges do not.
+        "links": sorted(
+            name
+            for line in links.splitlines()
+            if not (name := line.split(":")[1].strip()).startswith("veth")
+        ),
         "mounts": Path("/proc/self/mountinfo").read_text().count("\n"),
     }
 
@@ -291,3 +324,61 @@ def test_a_node_leaves_nothing_on_the_machine(
     assert not [c for c in cgroups if c.exists()]
     assert not node.root.exists()
     assert _host_state() == before
+
+
+#: Where device nodes of drakit's accelerators and NICs live in a container.
+DEVICE_DIRS = ("/dev/nvidia", "/dev/infiniband/", "/dev/dri/", "/dev/kfd")
+
+
+def _claim_edits(dirs: NodeDirs, uid: str) -> tuple[set[str], set[str]]:
+    """The device node paths and env entries of every CDI device of the claim ``uid``."""
+    nodes: set[str] = set()
+    env: set[str] = set()
+    for spec in dirs.cdi_specs().values():
+        if uid not in json.dumps(spec):
+            continue
+        for edits in [spec.get("containerEdits") or {}] + [
+            d["containerEdits"] for d in spec["devices"]
+        ]:
+            nodes |= {n["path"] for n in edits.get("deviceNodes") or []}
+            env |= set(edits.get("env") or [])
+    return nodes, env
+
+
+@pytest.mark.parametrize(
+    ("device_class", "expect"),
+    [
+        ("nvidia-gpu", ("/dev/nvidiactl", "NVIDIA_VISIBLE_DEVICES")),
+        ("amd-ainic", ("/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs")),
+        ("gpu-nic-pair", ("/dev/nvidiactl", "/dev/infiniband/rdma_cm")),
+    ],
+)
+def test_a_container_sees_exactly_its_claims_device_nodes_and_env(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    drakit: dict[str, Any],
+    namespace: str,
+    device_class: str,
+    expect: tuple[str, ...],
+) -> None:
+    """GPU, NIC and GPU-NIC pair claims: every node of the claim's CDI spec is a character
+    device in the container, no other accelerator or RDMA node is, and the spec's env is set."""
+    cp = control_plane
+    claim_template(cp, namespace, "dev", drakit["classes"][device_class])
+    log = run_pod(
+        cp,
+        real_node,
+        namespace,
+        "dev",
+        "find /dev -type c | sort; env | sort",
+        {"d": {"resourceClaimTemplateName": "dev"}},
+    )
+    uid = pod_claim(cp, namespace, "dev")["metadata"]["uid"]
+    nodes, env = _claim_edits(drakit["dirs"], uid)
+    seen = {line for line in log.splitlines() if line.startswith(DEVICE_DIRS)}
+    assert nodes, f"the claim's CDI spec has no device nodes: {drakit['dirs'].cdi_specs()}"
+    assert seen == nodes, log
+    container_env = {f"{k}={v}" for k, v in env_of(log).items()}
+    assert env <= container_env, sorted(env - container_env)
+    text = "\n".join(sorted(nodes | env))
+    assert all(e in text for e in expect), text
