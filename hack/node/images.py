@@ -129,9 +129,12 @@ class ImageError(Exception):
     """A build step failed; the message names the step and what to do."""
 
 
+_STARTED = time.monotonic()
+
+
 def log(message: str) -> None:
-    """Progress on stderr (stdout carries only the output directory)."""
-    print(f"[images] {message}", file=sys.stderr, flush=True)
+    """Progress on stderr (stdout carries only the output directory), with the time so far."""
+    print(f"[images {time.monotonic() - _STARTED:5.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 def run(
@@ -517,10 +520,14 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def write_layer(rootfs: Path, blob: Path) -> Layer:
-    """A gzip tar of ``rootfs`` (entries sorted, owned by root, hard links kept)."""
+    """A gzip tar of ``rootfs`` (entries sorted, owned by root, hard links kept).
+
+    gzip level 1: the images stay on this machine, and on a loaded 2-core machine level 6
+    took 14 s for the drakit layer against 6 s, for a layer about a fifth smaller.
+    """
     with blob.open("wb") as raw:
         compressed = _HashingWriter(raw)
-        with gzip.GzipFile(fileobj=compressed, mode="wb", mtime=0, compresslevel=6) as gz:
+        with gzip.GzipFile(fileobj=compressed, mode="wb", mtime=0, compresslevel=1) as gz:
             plain = _HashingWriter(gz)
             with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 for path in _walk_sorted(rootfs):
@@ -746,6 +753,7 @@ def build_drakit_rootfs(
 ) -> dict[str, Any]:
     """Debian packages, the virtual environment, the user; checked by running drakit in it."""
     rules = dpkg_filters()
+    log(f"extracting {len(debs)} packages")
     for deb in debs:
         extract(deb, rootfs)
     removed = apply_filters(rootfs, rules)
@@ -786,6 +794,7 @@ def build_drakit_rootfs(
     log(f"installing the locked wheels with {env['DRAKIT_IMAGE_PYTHON']} (install.sh)")
     run(install_command(venv, scratch / "wheels"), env=env, what="deployments/image/install.sh")
     fix_venv(venv, VENV, image_python)
+    log("checking the image's root filesystem")
 
     checks: dict[str, Any] = {"python": image_python, "dpkg_filtered_files": removed}
     if verify:
