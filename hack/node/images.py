@@ -411,7 +411,10 @@ def fetch(debs: list[Deb], cache: Path, scratch: Path) -> list[Path]:
                 *(f"{d.name}={d.version}" for d in missing),
             ],
             cwd=downloads,
-            what="downloading Debian packages (apt-get download)",
+            what=(
+                "downloading Debian packages (apt-get download; a mirror that no longer has "
+                "these versions needs an 'apt-get update' first)"
+            ),
         )
         for d in missing:
             got = downloads / d.filename
@@ -794,10 +797,10 @@ def build_drakit_rootfs(
     log(f"installing the locked wheels with {env['DRAKIT_IMAGE_PYTHON']} (install.sh)")
     run(install_command(venv, scratch / "wheels"), env=env, what="deployments/image/install.sh")
     fix_venv(venv, VENV, image_python)
-    log("checking the image's root filesystem")
 
     checks: dict[str, Any] = {"python": image_python, "dpkg_filtered_files": removed}
     if verify:
+        log("running drakit inside the root filesystem")
         user = f"{IMAGE_USER.uid}:{IMAGE_USER.gid}"
         drakit_env = dict(config.env)
         checks["drakit --version"] = in_rootfs(
@@ -1014,7 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-verify",
         action="store_true",
-        help="skip running drakit inside the root filesystem (needs root or user namespaces)",
+        help="skip running drakit and loading its shared objects inside the root filesystem",
     )
     args = parser.parse_args(argv)
     try:

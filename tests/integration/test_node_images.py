@@ -17,10 +17,13 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +179,55 @@ def test_drakit_image_holds_the_locked_wheel_set(drakit_image: Unpacked) -> None
     assert not {"pytest", "mypy", "drakit-example-thirdparty", "drakit-sim-profiles"} & set(
         installed
     )
+
+
+def unpack(image: Unpacked, dest: Path) -> Path:
+    """The layer on disk, as a snapshotter unpacks it (absolute links kept as they are)."""
+    image.layer.extractall(dest, filter="fully_trusted")  # noqa: S202 - our own image
+    return dest
+
+
+def in_root(root: Path, argv: list[str], user: str | None = None) -> list[str]:
+    """``argv`` run inside ``root`` with the host's ``/dev/null`` bound in, in a mount namespace
+    of its own (``--map-root-user`` too where this is not root, and then as root)."""
+    (root / "dev" / "null").touch()
+    spec = f"--userspec={user} " if user and os.geteuid() == 0 else ""
+    script = f'mount --bind /dev/null "$0/dev/null" && exec chroot {spec}"$0" "$@"'
+    userns = [] if os.geteuid() == 0 else ["--map-root-user"]
+    return ["unshare", "--mount", *userns, "sh", "-c", script, str(root), *argv]
+
+
+def test_the_sandbox_command_waits_for_sigterm(built: dict[str, Image], tmp_path: Path) -> None:
+    """The test image as the pod sandbox: it keeps running, and ends at once, with 0, on TERM."""
+    image = Unpacked(built["test"].tar)
+    root = unpack(image, tmp_path / "root")
+    env = {e.split("=", 1)[0]: e.split("=", 1)[1] for e in image.config["config"]["Env"]}
+    proc = subprocess.Popen(in_root(root, image.config["config"]["Cmd"]), env=env)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # reaches busybox sh: unshare, sh, chroot exec it
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - started < 5  # not the sleep of 68 years
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_drakit_runs_from_the_unpacked_image(
+    drakit_image: Unpacked, built: dict[str, Image], tmp_path: Path
+) -> None:
+    """What containerd unpacks from the tarball runs drakit as the image's user."""
+    root = unpack(drakit_image, tmp_path / "root")
+    config = drakit_image.config["config"]
+    env = {e.split("=", 1)[0]: e.split("=", 1)[1] for e in config["Env"]}
+    out = subprocess.run(
+        in_root(root, [*config["Entrypoint"], "--version"], user=config["User"]),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert out == f"drakit, version {built['drakit'].name.rsplit(':', 1)[1]}\n"
