@@ -760,6 +760,15 @@ def build_drakit_rootfs(
     for deb in debs:
         extract(deb, rootfs)
     removed = apply_filters(rootfs, rules)
+    os_release = rootfs / "usr" / "lib" / "os-release"
+    release = os_release.read_text(encoding="utf-8") if os_release.is_file() else ""
+    if "VERSION_CODENAME=bookworm" not in release.splitlines():
+        raise ImageError(
+            "the packages apt resolved are not Debian bookworm's (/usr/lib/os-release of "
+            f"base-files, which debian-packages.txt must name, says {release.splitlines()[:2]}): "
+            "the Dockerfile starts from debian:bookworm-slim, so images.py needs a host whose "
+            "apt sources are bookworm's"
+        )
     merge_usr(rootfs)
     base_dirs(rootfs)
     write_passwd(
