@@ -31,8 +31,8 @@ Built images are cached under ``${DRAKIT_CACHE_DIR:-~/.cache/drakit}/images/<nam
 the key being a digest of everything that goes into the image (this script, the Dockerfile,
 the package list and filters, apt's package lists, ``install.sh``, ``uv.lock``, the sources of
 the shipped distributions, the host Python and uv used for the install); the downloaded
-``.deb`` files are kept under ``images/debs/``. DIR receives hard links to the cached files
-(copies across file systems).
+``.deb`` files are kept under ``images/debs/``; the four most recently used entries of each
+image stay. DIR receives hard links to the cached files (copies across file systems).
 
 env: ``UV`` (the uv binary; else ``hack/ensure-uv.sh`` finds it), ``DRAKIT_IMAGE_HOST_PYTHON``
 (a Python 3.11 on the host that ``install.sh`` makes the environment with; default
@@ -117,6 +117,8 @@ PLATFORM = {"architecture": "amd64", "os": "linux"}
 APT_LISTS = Path("/var/lib/apt/lists")
 # Source trees whose content goes into the wheels: anything else under core/ and plugins/
 # (tests, caches) does not change the image.
+# Cache entries kept per image (each drakit entry is about 60 MB): a few worktrees or commits.
+KEEP_ENTRIES = 4
 SKIPPED_DIRS = {"tests", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "dist"}
 
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -990,20 +992,41 @@ def build(image: str, entry: Path, *, verify: bool) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def ensure(image: str, *, verify: bool) -> Path:
-    """The cached ``<image>.tar``, built first if its key has no complete entry."""
-    entry = cache_root() / f"{image}-{cache_key(image)}"
-    with locked(cache_root() / f".{image}.lock"):
+def ensure(image: str, out: Path, *, verify: bool) -> Path:
+    """``out/<image>.tar`` from the cache, built first if its key has no complete entry.
+
+    Under the image's lock: the build, the link into ``out`` and the pruning of old entries
+    (a tarball already linked elsewhere keeps its data).
+    """
+    root = cache_root()
+    entry = root / f"{image}-{cache_key(image)}"
+    with locked(root / f".{image}.lock"):
         if not (entry / "build.json").is_file():
             log(f"building {image} into {entry}")
             shutil.rmtree(entry, ignore_errors=True)
             build(image, entry, verify=verify)
         else:
             log(f"{image}: cached in {entry}")
-    return entry / f"{image}.tar"
+        (entry / "build.json").touch()  # used now: the last to be pruned
+        target = place(entry / f"{image}.tar", out)
+        for old in prune(root, image, keep=KEEP_ENTRIES):
+            log(f"removed the older {old}")
+    return target
 
 
-def place(tar: Path, out: Path) -> None:
+def prune(root: Path, image: str, keep: int) -> list[Path]:
+    """Remove all but the ``keep`` most recently used cache entries of ``image``."""
+    entries = sorted(
+        (e for e in root.glob(f"{image}-*") if (e / "build.json").is_file()),
+        key=lambda e: (e / "build.json").stat().st_mtime_ns,
+        reverse=True,
+    )
+    for old in entries[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return entries[keep:]
+
+
+def place(tar: Path, out: Path) -> Path:
     """``out/<name>.tar`` as a hard link to the cached file, or a copy across file systems."""
     target = out / tar.name
     target.unlink(missing_ok=True)
@@ -1011,6 +1034,7 @@ def place(tar: Path, out: Path) -> None:
         os.link(tar, target)
     except OSError:
         shutil.copy2(tar, target)
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1032,7 +1056,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         for image in args.image or ["test", "drakit"]:
-            place(ensure(image, verify=not args.no_verify), args.out)
+            ensure(image, args.out, verify=not args.no_verify)
     except ImageError as exc:
         print(f"hack/node/images.py: {exc}", file=sys.stderr)
         return 1

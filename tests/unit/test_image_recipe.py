@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import shlex
 import tarfile
 from pathlib import Path
@@ -289,3 +290,24 @@ def test_oci_layout_is_consistent(images: ModuleType, tmp_path: Path) -> None:
     assert members["bin/sh"].linkname == "/bin/busybox"
     assert members["bin/hard"].islnk()
     assert members["bin/hard"].linkname == "bin/busybox"
+
+
+def test_prune_keeps_the_most_recently_used_entries(images: ModuleType, tmp_path: Path) -> None:
+    for age, key in enumerate(["newest", "newer", "old", "oldest"]):
+        entry = tmp_path / f"drakit-{key}"
+        entry.mkdir()
+        (entry / "build.json").write_text("{}", encoding="utf-8")
+        os.utime(entry / "build.json", ns=(0, 10**18 - age * 10**9))
+    (tmp_path / "drakit-unfinished").mkdir()  # a build in progress has no build.json yet
+    (tmp_path / "test-other").mkdir()
+    (tmp_path / "test-other" / "build.json").write_text("{}", encoding="utf-8")
+
+    removed = images.prune(tmp_path, "drakit", keep=2)
+
+    assert [p.name for p in removed] == ["drakit-old", "drakit-oldest"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "drakit-newer",
+        "drakit-newest",
+        "drakit-unfinished",
+        "test-other",
+    ]
