@@ -111,6 +111,25 @@ for top in sys.argv[1:]:
 print(count)
 sys.exit("\\n".join(failed) or None)
 """
+# Debian's default /etc/nsswitch.conf (libc-bin's maintainer script installs it from
+# /usr/share/libc-bin/nsswitch.conf). Without one glibc asks DNS before /etc/hosts, and stops at
+# DNS's answer: "localhost" would not resolve in a pod whose DNS does not know it.
+NSSWITCH_CONF = """\
+passwd:         files
+group:          files
+shadow:         files
+gshadow:        files
+
+hosts:          files dns
+networks:       files
+
+protocols:      db files
+services:       db files
+ethers:         db files
+rpc:            db files
+
+netgroup:       nis
+"""
 # Merged /usr, as every bookworm system: these are links into /usr.
 MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 PLATFORM = {"architecture": "amd64", "os": "linux"}
@@ -781,6 +800,7 @@ def build_drakit_rootfs(
             User("nobody", 65534, 65534, "/nonexistent", "/usr/sbin/nologin"),
         ],
     )
+    (rootfs / "etc" / "nsswitch.conf").write_text(NSSWITCH_CONF, encoding="utf-8")
     python = rootfs / IMAGE_PYTHON.lstrip("/")
     if not python.is_file():
         raise ImageError(f"the packages of {PACKAGE_LIST} put no interpreter at {IMAGE_PYTHON}")

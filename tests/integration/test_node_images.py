@@ -131,6 +131,7 @@ def test_drakit_image_config_is_the_dockerfiles(
     assert config["Entrypoint"] == runtime.entrypoint == ["drakit"]
     assert config["Cmd"] == runtime.cmd
     assert "drakit:x:65532:65532:" in image.read("etc/passwd")
+    assert "\nhosts:          files dns\n" in image.read("etc/nsswitch.conf")
 
 
 def test_drakit_image_has_debians_python_and_a_venv_for_it(drakit_image: Unpacked) -> None:
