@@ -130,6 +130,8 @@ rpc:            db files
 
 netgroup:       nis
 """
+# The first lines of a script uv writes when its interpreter's path is too long for "#!".
+SH_LAUNCHER = re.compile(rb"#!/bin/sh\n'''exec' '[^\n]*/bin/python' \"\$0\" \"\$@\"\n' '''\n")
 # Merged /usr, as every bookworm system: these are links into /usr.
 MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 PLATFORM = {"architecture": "amd64", "os": "linux"}
@@ -752,11 +754,12 @@ def fix_venv(venv: Path, image_venv: str, python_version: str) -> None:
                 entry.symlink_to(IMAGE_PYTHON)
             continue
         data = entry.read_bytes()
-        if data.startswith(b"#!/bin/sh\n'''exec'"):
-            raise ImageError(
-                f"{entry}: uv wrote a /bin/sh launcher (the scratch path is too long); "
-                "set TMPDIR to a shorter directory"
-            )
+        launcher = SH_LAUNCHER.match(data)
+        if launcher:
+            # The scratch path was too long for a #! line, so uv starts the script through
+            # /bin/sh (which the image need not have); /opt/drakit fits the plain form.
+            data = f"#!{image_venv}/bin/python\n".encode() + data[launcher.end() :]
+            entry.write_bytes(data)
         if old in data:
             entry.write_bytes(data.replace(old, image_venv.encode()))
     cfg = venv / "pyvenv.cfg"

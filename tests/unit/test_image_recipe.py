@@ -311,3 +311,37 @@ def test_prune_keeps_the_most_recently_used_entries(images: ModuleType, tmp_path
         "drakit-unfinished",
         "test-other",
     ]
+
+
+def test_fix_venv_points_the_environment_at_the_image(images: ModuleType, tmp_path: Path) -> None:
+    """What uv wrote for the host's path and interpreter, rewritten for /opt/drakit."""
+    venv = tmp_path / "rootfs" / "opt" / "drakit"
+    bindir = venv / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "python").symlink_to("/root/.pyenv/versions/3.11.7/bin/python3.11")
+    (bindir / "python3").symlink_to("python")
+    (bindir / "drakit").write_text(f"#!{venv}/bin/python\nimport drakit\n", encoding="utf-8")
+    long_form = f"#!/bin/sh\n'''exec' '{venv}/bin/python' \"$0\" \"$@\"\n' '''\nimport sys\n"
+    (bindir / "long").write_text(long_form, encoding="utf-8")
+    (bindir / "activate").write_text(f"VIRTUAL_ENV='{venv}'\n", encoding="utf-8")
+    (venv / "pyvenv.cfg").write_text(
+        "home = /root/.pyenv/versions/3.11.7/bin\nimplementation = CPython\n"
+        "version_info = 3.11.7\ninclude-system-site-packages = false\n",
+        encoding="utf-8",
+    )
+
+    images.fix_venv(venv, "/opt/drakit", "3.11.2")
+
+    assert (bindir / "python").readlink() == Path("/usr/bin/python3.11")
+    assert (bindir / "python3").readlink() == Path("python")
+    assert (bindir / "drakit").read_text(encoding="utf-8") == (
+        "#!/opt/drakit/bin/python\nimport drakit\n"
+    )
+    assert (bindir / "long").read_text(encoding="utf-8") == (
+        "#!/opt/drakit/bin/python\nimport sys\n"
+    )
+    assert (bindir / "activate").read_text(encoding="utf-8") == "VIRTUAL_ENV='/opt/drakit'\n"
+    assert (venv / "pyvenv.cfg").read_text(encoding="utf-8") == (
+        "home = /usr/bin\nimplementation = CPython\n"
+        "version_info = 3.11.2\ninclude-system-site-packages = false\n"
+    )
