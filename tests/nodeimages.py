@@ -3,12 +3,12 @@
 ``build_images(out)`` runs the script (cached under ``${DRAKIT_CACHE_DIR:-~/.cache/drakit}/
 images``, so only a cold cache builds) and returns each image's name and tarball, ready for
 ``ctr -n k8s.io images import --platform linux/amd64 <tar>``. ``load_script()`` imports the script
-as a module, for tests of its parts.
+(or one of its sibling modules) as a module, for tests of its parts.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,15 +28,15 @@ class Image:
     tar: Path
 
 
-def load_script() -> ModuleType:
-    """``hack/node/images.py`` as a module (it is a script, not part of a package)."""
-    spec = importlib.util.spec_from_file_location("drakit_node_images", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
+def load_script(name: str = "images") -> ModuleType:
+    """``hack/node/images.py`` (or a sibling of it: ``image_recipe``, ``oci_layout``) as a module.
+
+    hack/node goes on ``sys.path``, as it does when the script runs: that is where the script
+    finds its siblings.
+    """
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))
+    return importlib.import_module(name)
 
 
 def build_images(out: Path, *images: str, timeout: float = 900) -> dict[str, Image]:

@@ -28,11 +28,15 @@ DIR/test.tar``. Nothing is installed on the host: packages come from the mirror 
 apt (``apt-get download``), with dpkg's and apt's state left alone.
 
 Built images are cached under ``${DRAKIT_CACHE_DIR:-~/.cache/drakit}/images/<name>-<key>/``,
-the key being a digest of everything that goes into the image (this script, the Dockerfile,
-the package list and filters, apt's package lists, ``install.sh``, ``uv.lock``, the sources of
-the shipped distributions, the host Python and uv used for the install); the downloaded
-``.deb`` files are kept under ``images/debs/``; the four most recently used entries of each
-image stay. DIR receives hard links to the cached files (copies across file systems).
+the key being a digest of everything that goes into the image (this script and its two parts,
+the Dockerfile, the package list and filters, apt's package lists, ``install.sh``, ``uv.lock``,
+the sources of the shipped distributions, the host Python and uv used for the install); the
+downloaded ``.deb`` files are kept under ``images/debs/``; the four most recently used entries
+of each image stay. DIR receives hard links to the cached files (copies across file systems).
+
+Its parts beside it in hack/node: ``image_recipe.py`` (what the Dockerfile and the files of
+``deployments/image`` say) and ``oci_layout.py`` (the tarballs); running the script puts its
+directory first on ``sys.path``, which is how it finds them.
 
 env: ``UV`` (the uv binary; else ``hack/ensure-uv.sh`` finds it), ``DRAKIT_IMAGE_HOST_PYTHON``
 (a Python 3.11 on the host that ``install.sh`` makes the environment with; default
@@ -44,10 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import fnmatch
-import gzip
 import hashlib
-import io
 import json
 import os
 import re
@@ -55,43 +56,37 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
-
-class User(NamedTuple):
-    """One ``/etc/passwd`` entry (its group has the same name)."""
-
-    name: str
-    uid: int
-    gid: int
-    home: str
-    login_shell: str
-
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILE = REPO_ROOT / "deployments" / "Dockerfile"
-PACKAGE_LIST = REPO_ROOT / "deployments" / "image" / "debian-packages.txt"
-DPKG_EXCLUDES = REPO_ROOT / "deployments" / "image" / "dpkg-excludes.cfg"
-INSTALL_SH = REPO_ROOT / "deployments" / "image" / "install.sh"
+from image_recipe import (
+    BASE_PATH,
+    DOCKERFILE,
+    DPKG_EXCLUDES,
+    IMAGE_PYTHON,
+    IMAGE_USER,
+    INSTALL_SH,
+    PACKAGE_LIST,
+    REPO_ROOT,
+    VENV,
+    ImageError,
+    RuntimeConfig,
+    User,
+    dpkg_filters,
+    drakit_version,
+    filtered_out,
+    install_command,
+    package_list,
+    runtime_config,
+)
+from oci_layout import write_layer, write_oci_tar
 
 TEST_IMAGE = "docker.io/drakit/test:1"
 DRAKIT_REPOSITORY = "docker.io/drakit/drakit"
-# Where the Dockerfile's build stage puts the virtual environment, and its interpreter there.
-VENV = "/opt/drakit"
-IMAGE_PYTHON = "/usr/bin/python3.11"
-# The image user the Dockerfile's runtime stage adds (groupadd/useradd).
-IMAGE_USER = User(
-    name="drakit", uid=65532, gid=65532, home="/nonexistent", login_shell="/usr/sbin/nologin"
-)
-# debian:bookworm-slim's own PATH, which the Dockerfile's ENV PATH=...:${PATH} extends.
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The sandbox's wait: PID 1 of the pod, ends on SIGTERM (the kubelet stops a sandbox with it).
 WAIT_FOR_SIGNAL = ["sh", "-c", "trap 'exit 0' TERM INT; sleep 2147483647 & wait"]
 # Run inside the image: every shared object of the environment and the standard library loads
@@ -134,22 +129,12 @@ netgroup:       nis
 SH_LAUNCHER = re.compile(rb"#!/bin/sh\n'''exec' '[^\n]*/bin/python' \"\$0\" \"\$@\"\n' '''\n")
 # Merged /usr, as every bookworm system: these are links into /usr.
 MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-PLATFORM = {"architecture": "amd64", "os": "linux"}
 APT_LISTS = Path("/var/lib/apt/lists")
-# Source trees whose content goes into the wheels: anything else under core/ and plugins/
-# (tests, caches) does not change the image.
 # Cache entries kept per image (each drakit entry is about 60 MB): a few worktrees or commits.
 KEEP_ENTRIES = 4
+# Source trees whose content goes into the wheels: anything else under core/ and plugins/
+# (tests, caches) does not change the image.
 SKIPPED_DIRS = {"tests", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "dist"}
-
-MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
-MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
-MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
-
-
-class ImageError(Exception):
-    """A build step failed; the message names the step and what to do."""
 
 
 _STARTED = time.monotonic()
@@ -178,192 +163,6 @@ def run(
             f"{what} failed ({shlex.join(argv[:6])} ...: exit {proc.returncode})\n{tail}"
         )
     return proc.stdout
-
-
-# ---- the recipe: what the Dockerfile and the package files say ----------------------------------
-
-
-@dataclass
-class Stage:
-    """One ``FROM`` stage of a Dockerfile: its base, and the directives images.py takes over."""
-
-    base: str
-    name: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    user: str | None = None
-    entrypoint: list[str] | None = None
-    cmd: list[str] | None = None
-    workdir: str | None = None
-    runs: list[str] = field(default_factory=list)
-    copies: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class RuntimeConfig:
-    """The image configuration of the Dockerfile's last stage, as ``docker build`` makes it."""
-
-    env: dict[str, str]
-    user: str | None
-    entrypoint: list[str] | None
-    cmd: list[str] | None
-    workdir: str | None
-
-
-def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
-    """``(INSTRUCTION, arguments)`` pairs: continuation lines joined, comments dropped."""
-    out: list[tuple[str, str]] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if pending and line.startswith("#"):
-            continue  # a comment inside a continued instruction
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        pending += line
-        keyword, _, rest = pending.strip().partition(" ")
-        out.append((keyword.upper(), rest.strip()))
-        pending = ""
-    if pending:
-        keyword, _, rest = pending.strip().partition(" ")
-        out.append((keyword.upper(), rest.strip()))
-    return out
-
-
-def _env_pairs(args: str) -> dict[str, str]:
-    words = shlex.split(args)
-    if words and "=" not in words[0]:  # legacy form: ENV KEY value with spaces
-        return {words[0]: " ".join(words[1:])}
-    pairs: dict[str, str] = {}
-    for word in words:
-        key, sep, value = word.partition("=")
-        if not sep:
-            raise ImageError(f"{DOCKERFILE}: ENV {args!r}: expected KEY=value pairs")
-        pairs[key] = value
-    return pairs
-
-
-def _exec_form(keyword: str, args: str) -> list[str]:
-    try:
-        value = json.loads(args)
-    except json.JSONDecodeError as exc:
-        raise ImageError(
-            f"{DOCKERFILE}: {keyword} {args}: images.py takes only the exec form "
-            f'({keyword} ["drakit"]), as docker does without a shell'
-        ) from exc
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ImageError(f"{DOCKERFILE}: {keyword} {args}: expected a JSON list of strings")
-    return value
-
-
-def parse_dockerfile(text: str) -> list[Stage]:
-    """The stages of a Dockerfile, with the directives that end up in an image's config."""
-    stages: list[Stage] = []
-    for keyword, args in dockerfile_instructions(text):
-        if keyword == "FROM":
-            words = args.split()
-            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None  # noqa: PLR2004
-            stages.append(Stage(base=words[0], name=name))
-            continue
-        if not stages:
-            continue  # ARG before the first FROM
-        stage = stages[-1]
-        if keyword == "ENV":
-            stage.env.update(_env_pairs(args))
-        elif keyword == "USER":
-            stage.user = args
-        elif keyword == "ENTRYPOINT":
-            stage.entrypoint = _exec_form(keyword, args)
-        elif keyword == "CMD":
-            stage.cmd = _exec_form(keyword, args)
-        elif keyword == "WORKDIR":
-            stage.workdir = args
-        elif keyword == "RUN":
-            stage.runs.append(args)
-        elif keyword == "COPY":
-            stage.copies.append(args)
-    return stages
-
-
-def runtime_config(text: str, base_path: str = BASE_PATH) -> RuntimeConfig:
-    """The last stage's config, following ``FROM <stage>`` back to the Debian base.
-
-    ENV values expand ``${VAR}``/``$VAR`` from what the earlier stages and the base image set
-    (the base sets only PATH), as docker does.
-    """
-    stages = parse_dockerfile(text)
-    if not stages:
-        raise ImageError(f"{DOCKERFILE}: no FROM")
-    by_name = {s.name: s for s in stages if s.name}
-    chain: list[Stage] = []
-    stage: Stage | None = stages[-1]
-    while stage is not None:
-        chain.insert(0, stage)
-        stage = by_name.get(stage.base)
-    env: dict[str, str] = {"PATH": base_path}
-    config: dict[str, Any] = {"user": None, "entrypoint": None, "cmd": None, "workdir": None}
-    for s in chain:
-        for key, value in s.env.items():
-            env[key] = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env.get(m[1] or m[2], ""), value)
-        for attr in config:
-            if getattr(s, attr) is not None:
-                config[attr] = getattr(s, attr)
-    return RuntimeConfig(env=env, **config)
-
-
-def package_list(path: Path = PACKAGE_LIST) -> list[str]:
-    """The Debian packages of ``debian-packages.txt``."""
-    names: list[str] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", line):
-            raise ImageError(
-                f"{path}:{number}: {line!r} is not a Debian package name (one name a line)"
-            )
-        names.append(line)
-    if not names:
-        raise ImageError(f"{path}: names no package")
-    return names
-
-
-def dpkg_filters(path: Path = DPKG_EXCLUDES) -> list[tuple[bool, str]]:
-    """``(include, pattern)`` from ``path-exclude``/``path-include`` lines, in order."""
-    rules: list[tuple[bool, str]] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        keyword, _, pattern = line.partition(" ")
-        if keyword not in {"path-exclude", "path-include"} or not pattern.startswith("/"):
-            raise ImageError(
-                f"{path}:{number}: {line!r}: expected 'path-exclude /glob' or 'path-include /glob'"
-            )
-        rules.append((keyword == "path-include", pattern.strip()))
-    return rules
-
-
-def filtered_out(path: str, rules: list[tuple[bool, str]]) -> bool:
-    """Whether dpkg leaves ``path`` (absolute, in the package) out: the last matching rule wins."""
-    keep = True
-    for include, pattern in rules:
-        if fnmatch.fnmatchcase(path, pattern):
-            keep = include
-    return not keep
-
-
-def drakit_version() -> str:
-    """The core distribution's version, the drakit image's tag."""
-    data = tomllib.loads((REPO_ROOT / "core" / "pyproject.toml").read_text(encoding="utf-8"))
-    return str(data["project"]["version"])
-
-
-def install_command(venv: Path, wheels: Path) -> list[str]:
-    """``install.sh`` as the Dockerfile's build stage runs it (only the venv's place differs)."""
-    return ["bash", str(INSTALL_SH), str(venv), str(wheels)]
 
 
 # ---- Debian packages: resolve, download (cached), extract ---------------------------------------
@@ -499,149 +298,6 @@ def _merge_into(src: Path, dst: Path) -> None:
             raise ImageError(f"merging /usr: {entry} and {target} both exist")
         else:
             os.rename(entry, target)
-
-
-# ---- OCI image layout --------------------------------------------------------------------------
-
-
-class _Sink(Protocol):
-    def write(self, data: memoryview, /) -> int: ...
-
-
-class _HashingWriter(io.RawIOBase):
-    """Writes through to ``sink``, hashing and counting what passes."""
-
-    def __init__(self, sink: _Sink) -> None:
-        self.sink = sink
-        self.sha = hashlib.sha256()
-        self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.sha.update(view)
-        self.size += len(view)
-        self.sink.write(view)
-        return len(view)
-
-
-@dataclass(frozen=True)
-class Layer:
-    """A gzip layer blob: its digest and size, and the digest of the tar inside (diff_id)."""
-
-    path: Path
-    digest: str
-    size: int
-    diff_id: str
-    tar_size: int
-
-
-def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
-    info.mtime = int(info.mtime)
-    return info
-
-
-def write_layer(rootfs: Path, blob: Path) -> Layer:
-    """A gzip tar of ``rootfs`` (entries sorted, owned by root, hard links kept).
-
-    gzip level 1: the images stay on this machine, and on a loaded 2-core machine level 6
-    took 14 s for the drakit layer against 6 s, for a layer about a fifth smaller.
-    """
-    with blob.open("wb") as raw:
-        compressed = _HashingWriter(raw)
-        with gzip.GzipFile(fileobj=compressed, mode="wb", mtime=0, compresslevel=1) as gz:
-            plain = _HashingWriter(gz)
-            with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for path in _walk_sorted(rootfs):
-                    arcname = path.relative_to(rootfs).as_posix()
-                    tar.add(path, arcname=arcname, recursive=False, filter=_root_owned)
-    return Layer(
-        path=blob,
-        digest=f"sha256:{compressed.sha.hexdigest()}",
-        size=compressed.size,
-        diff_id=f"sha256:{plain.sha.hexdigest()}",
-        tar_size=plain.size,
-    )
-
-
-def _walk_sorted(root: Path) -> Iterator[Path]:
-    for entry in sorted(root.iterdir(), key=lambda p: p.name):
-        yield entry
-        if entry.is_dir() and not entry.is_symlink():
-            yield from _walk_sorted(entry)
-
-
-def _blob(data: bytes) -> tuple[str, bytes]:
-    return f"sha256:{hashlib.sha256(data).hexdigest()}", data
-
-
-def write_oci_tar(
-    out: Path, name: str, layer: Layer, config: dict[str, Any], created_by: str
-) -> None:
-    """An OCI image layout as one tar: ``oci-layout``, ``index.json`` naming ``name``, the blobs."""
-    image_config = {
-        "created": "1970-01-01T00:00:00Z",
-        **PLATFORM,
-        "config": config,
-        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": created_by}],
-    }
-    config_digest, config_bytes = _blob(json.dumps(image_config, sort_keys=True).encode())
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": MEDIA_MANIFEST,
-        "config": {"mediaType": MEDIA_CONFIG, "digest": config_digest, "size": len(config_bytes)},
-        "layers": [{"mediaType": MEDIA_LAYER, "digest": layer.digest, "size": layer.size}],
-    }
-    manifest_digest, manifest_bytes = _blob(json.dumps(manifest, sort_keys=True).encode())
-    tag = name.rsplit(":", 1)[1]
-    index = {
-        "schemaVersion": 2,
-        "mediaType": MEDIA_INDEX,
-        "manifests": [
-            {
-                "mediaType": MEDIA_MANIFEST,
-                "digest": manifest_digest,
-                "size": len(manifest_bytes),
-                "platform": PLATFORM,
-                "annotations": {
-                    "io.containerd.image.name": name,
-                    "org.opencontainers.image.ref.name": tag,
-                },
-            }
-        ],
-    }
-    tmp = out.with_name(out.name + ".tmp")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-
-        def add_bytes(arcname: str, data: bytes) -> None:
-            info = tarfile.TarInfo(arcname)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-
-        def add_dir(arcname: str) -> None:
-            info = tarfile.TarInfo(arcname)
-            info.type = tarfile.DIRTYPE
-            info.mode = 0o755
-            tar.addfile(info)
-
-        add_bytes("oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode())
-        add_bytes("index.json", json.dumps(index, sort_keys=True).encode())
-        add_dir("blobs")
-        add_dir("blobs/sha256")
-        add_bytes(f"blobs/sha256/{config_digest[7:]}", config_bytes)
-        add_bytes(f"blobs/sha256/{manifest_digest[7:]}", manifest_bytes)
-        info = tarfile.TarInfo(f"blobs/sha256/{layer.digest[7:]}")
-        info.size = layer.size
-        info.mode = 0o644
-        with layer.path.open("rb") as f:
-            tar.addfile(info, f)
-    os.replace(tmp, out)
 
 
 # ---- the root filesystems ----------------------------------------------------------------------
@@ -910,7 +566,8 @@ def cache_key(image: str) -> str:
     """A digest of everything that goes into ``image`` ("test" or "drakit")."""
     h = hashlib.sha256()
     h.update(image.encode())
-    _hash_files(h, [Path(__file__).resolve()])
+    here = Path(__file__).resolve().parent
+    _hash_files(h, [here / "images.py", here / "image_recipe.py", here / "oci_layout.py"])
     h.update(apt_state())
     if image == "drakit":
         _hash_files(

@@ -120,7 +120,9 @@ def test_drakit_image_config_is_the_dockerfiles(
     built: dict[str, Image], drakit_image: Unpacked
 ) -> None:
     script = load_script()
-    runtime = script.runtime_config((REPO_ROOT / "deployments" / "Dockerfile").read_text())
+    runtime = load_script("image_recipe").runtime_config(
+        (REPO_ROOT / "deployments" / "Dockerfile").read_text()
+    )
     image = drakit_image
     assert (
         image.name == built["drakit"].name == f"docker.io/drakit/drakit:{script.drakit_version()}"

@@ -35,8 +35,18 @@ def images() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def stages(images: ModuleType) -> list[Any]:
-    return list(images.parse_dockerfile(DOCKERFILE.read_text(encoding="utf-8")))
+def recipe() -> ModuleType:
+    return load_script("image_recipe")
+
+
+@pytest.fixture(scope="module")
+def oci() -> ModuleType:
+    return load_script("oci_layout")
+
+
+@pytest.fixture(scope="module")
+def stages(recipe: ModuleType) -> list[Any]:
+    return list(recipe.parse_dockerfile(DOCKERFILE.read_text(encoding="utf-8")))
 
 
 def runtime_chain(stages: list[Any]) -> list[Any]:
@@ -51,14 +61,14 @@ def runtime_chain(stages: list[Any]) -> list[Any]:
 # ---- the Dockerfile and images.py agree --------------------------------------------------------
 
 
-def test_the_runtime_config_is_the_dockerfiles(images: ModuleType) -> None:
-    config = images.runtime_config(DOCKERFILE.read_text(encoding="utf-8"))
+def test_the_runtime_config_is_the_dockerfiles(recipe: ModuleType) -> None:
+    config = recipe.runtime_config(DOCKERFILE.read_text(encoding="utf-8"))
     assert config.env == {
-        "PATH": f"/opt/drakit/bin:{images.BASE_PATH}",
+        "PATH": f"/opt/drakit/bin:{recipe.BASE_PATH}",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    assert config.user == f"{images.IMAGE_USER.uid}:{images.IMAGE_USER.gid}"
+    assert config.user == f"{recipe.IMAGE_USER.uid}:{recipe.IMAGE_USER.gid}"
     assert config.entrypoint == ["drakit"]
     assert config.cmd == ["--help"]
 
@@ -70,7 +80,7 @@ def test_the_runtime_stage_stands_on_debian_bookworm(stages: list[Any]) -> None:
     assert "ARG DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim\n" in text
 
 
-def test_apt_installs_only_the_package_list(stages: list[Any], images: ModuleType) -> None:
+def test_apt_installs_only_the_package_list(stages: list[Any], recipe: ModuleType) -> None:
     """What the runtime image gets from apt is the list images.py reads, filtered alike."""
     chain = runtime_chain(stages)
     copies = [c for s in chain for c in s.copies]
@@ -85,27 +95,27 @@ def test_apt_installs_only_the_package_list(stages: list[Any], images: ModuleTyp
     # nothing else after `install` on that line: the packages come from the file alone
     tail = command.split("--no-install-recommends", 1)[1].split("&&", 1)[0]
     assert tail.strip() == ""
-    assert images.PACKAGE_LIST == REPO_ROOT / "deployments/image/debian-packages.txt"
-    assert images.DPKG_EXCLUDES == REPO_ROOT / "deployments/image/dpkg-excludes.cfg"
-    assert "python3.11" in images.package_list()
+    assert recipe.PACKAGE_LIST == REPO_ROOT / "deployments/image/debian-packages.txt"
+    assert recipe.DPKG_EXCLUDES == REPO_ROOT / "deployments/image/dpkg-excludes.cfg"
+    assert "python3.11" in recipe.package_list()
 
 
 def test_both_install_the_environment_with_install_sh(
-    stages: list[Any], images: ModuleType, tmp_path: Path
+    stages: list[Any], recipe: ModuleType, tmp_path: Path
 ) -> None:
     """Same script, same place, same interpreter: the same wheel set from uv.lock."""
     build = next(s for s in stages if s.name == "build")
     runs = [shlex.split(r) for r in build.runs if "install.sh" in r]
     assert runs == [
         [
-            f"DRAKIT_IMAGE_PYTHON={images.IMAGE_PYTHON}",
+            f"DRAKIT_IMAGE_PYTHON={recipe.IMAGE_PYTHON}",
             "deployments/image/install.sh",
-            images.VENV,
+            recipe.VENV,
             "/tmp/wheels",
         ]
     ]
-    assert f"--from=build {images.VENV} {images.VENV}" in runtime_chain(stages)[-1].copies
-    assert images.install_command(tmp_path / "venv", tmp_path / "wheels") == [
+    assert f"--from=build {recipe.VENV} {recipe.VENV}" in runtime_chain(stages)[-1].copies
+    assert recipe.install_command(tmp_path / "venv", tmp_path / "wheels") == [
         "bash",
         str(REPO_ROOT / "deployments/image/install.sh"),
         str(tmp_path / "venv"),
@@ -113,14 +123,14 @@ def test_both_install_the_environment_with_install_sh(
     ]
 
 
-def test_the_image_user_is_the_dockerfiles(stages: list[Any], images: ModuleType) -> None:
+def test_the_image_user_is_the_dockerfiles(stages: list[Any], recipe: ModuleType) -> None:
     run = next(r for r in runtime_chain(stages)[-1].runs if "useradd" in r)
     groupadd, useradd = (shlex.split(part) for part in run.split("&&"))
 
     def flag(words: list[str], name: str) -> str:
         return words[words.index(name) + 1]
 
-    user = images.IMAGE_USER
+    user = recipe.IMAGE_USER
     assert groupadd[-1] == useradd[-1] == user.name
     assert flag(groupadd, "--gid") == str(user.gid)
     assert flag(useradd, "--uid") == str(user.uid)
@@ -132,7 +142,7 @@ def test_the_image_user_is_the_dockerfiles(stages: list[Any], images: ModuleType
 # ---- the Dockerfile reader ---------------------------------------------------------------------
 
 
-def test_dockerfile_reader_follows_stages_and_expands_env(images: ModuleType) -> None:
+def test_dockerfile_reader_follows_stages_and_expands_env(recipe: ModuleType) -> None:
     text = """\
 # comment
 ARG BASE=debian
@@ -148,28 +158,28 @@ FROM one
 ENV PATH=/two:$PATH C="x y"
 ENTRYPOINT ["run", "it"]
 """
-    config = images.runtime_config(text, base_path="/usr/bin")
+    config = recipe.runtime_config(text, base_path="/usr/bin")
     assert config.env == {"PATH": "/two:/one:/usr/bin", "A": "1", "C": "x y"}
     assert config.user == "1:1"
     assert config.entrypoint == ["run", "it"]
     assert config.cmd is None
 
 
-def test_shell_form_entrypoint_is_refused(images: ModuleType) -> None:
+def test_shell_form_entrypoint_is_refused(recipe: ModuleType) -> None:
     with pytest.raises(
-        images.ImageError, match=r"only the exec form \(ENTRYPOINT \[\"drakit\"\]\)"
+        recipe.ImageError, match=r"only the exec form \(ENTRYPOINT \[\"drakit\"\]\)"
     ):
-        images.runtime_config("FROM debian\nENTRYPOINT drakit node\n")
+        recipe.runtime_config("FROM debian\nENTRYPOINT drakit node\n")
 
 
-def test_a_bad_package_line_names_file_and_line(images: ModuleType, tmp_path: Path) -> None:
+def test_a_bad_package_line_names_file_and_line(recipe: ModuleType, tmp_path: Path) -> None:
     listing = tmp_path / "debian-packages.txt"
     listing.write_text("# ok\npython3.11\nlibfoo libbar\n", encoding="utf-8")
-    with pytest.raises(images.ImageError, match=r"debian-packages.txt:3: 'libfoo libbar'"):
-        images.package_list(listing)
+    with pytest.raises(recipe.ImageError, match=r"debian-packages.txt:3: 'libfoo libbar'"):
+        recipe.package_list(listing)
     listing.write_text("# nothing\n", encoding="utf-8")
-    with pytest.raises(images.ImageError, match="names no package"):
-        images.package_list(listing)
+    with pytest.raises(recipe.ImageError, match="names no package"):
+        recipe.package_list(listing)
 
 
 # ---- dpkg's path filters and the merged /usr ---------------------------------------------------
@@ -187,11 +197,13 @@ def test_a_bad_package_line_names_file_and_line(images: ModuleType, tmp_path: Pa
         ("/usr/share/doc", False),
     ],
 )
-def test_dpkg_filters(images: ModuleType, path: str, left_out: bool) -> None:
-    assert images.filtered_out(path, images.dpkg_filters()) is left_out
+def test_dpkg_filters(recipe: ModuleType, path: str, left_out: bool) -> None:
+    assert recipe.filtered_out(path, recipe.dpkg_filters()) is left_out
 
 
-def test_filters_keep_the_directories_of_kept_files(images: ModuleType, tmp_path: Path) -> None:
+def test_filters_keep_the_directories_of_kept_files(
+    images: ModuleType, recipe: ModuleType, tmp_path: Path
+) -> None:
     for rel in (
         "usr/share/doc/pkg/copyright",
         "usr/share/doc/pkg/changelog.gz",
@@ -200,7 +212,7 @@ def test_filters_keep_the_directories_of_kept_files(images: ModuleType, tmp_path
     ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x", encoding="utf-8")
-    assert images.apply_filters(tmp_path, images.dpkg_filters()) == 2
+    assert images.apply_filters(tmp_path, recipe.dpkg_filters()) == 2
     assert (tmp_path / "usr/share/doc/pkg/copyright").is_file()
     assert not (tmp_path / "usr/share/doc/pkg/changelog.gz").exists()
     assert not (tmp_path / "usr/share/man/man1").exists()
@@ -225,11 +237,11 @@ def test_merge_usr(images: ModuleType, tmp_path: Path) -> None:
     )
 
 
-def test_merge_usr_refuses_a_clash(images: ModuleType, tmp_path: Path) -> None:
+def test_merge_usr_refuses_a_clash(images: ModuleType, recipe: ModuleType, tmp_path: Path) -> None:
     for rel in ("bin/sh", "usr/bin/sh"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(rel, encoding="utf-8")
-    with pytest.raises(images.ImageError, match="both exist"):
+    with pytest.raises(recipe.ImageError, match="both exist"):
         images.merge_usr(tmp_path)
 
 
@@ -245,7 +257,7 @@ def read_layout(tar: Path) -> dict[str, bytes]:
         }
 
 
-def test_oci_layout_is_consistent(images: ModuleType, tmp_path: Path) -> None:
+def test_oci_layout_is_consistent(images: ModuleType, oci: ModuleType, tmp_path: Path) -> None:
     """Every digest and size matches its blob, the index names the image, the diff_id is the
     tar's digest: what ``ctr images import`` checks."""
     rootfs = tmp_path / "rootfs"
@@ -254,10 +266,10 @@ def test_oci_layout_is_consistent(images: ModuleType, tmp_path: Path) -> None:
     (rootfs / "bin/busybox").chmod(0o755)
     (rootfs / "bin/sh").symlink_to("/bin/busybox")
     (rootfs / "bin/hard").hardlink_to(rootfs / "bin/busybox")
-    layer = images.write_layer(rootfs, tmp_path / "layer.tar.gz")
+    layer = oci.write_layer(rootfs, tmp_path / "layer.tar.gz")
     out = tmp_path / "image.tar"
     config = {"Cmd": images.WAIT_FOR_SIGNAL}
-    images.write_oci_tar(out, "docker.io/drakit/test:1", layer, config, "test")
+    oci.write_oci_tar(out, "docker.io/drakit/test:1", layer, config, "test")
 
     files = read_layout(out)
     assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
