@@ -318,7 +318,11 @@ class RealNode:
             binds.append(f"mount --bind {src} {target} && mount -o remount,bind,ro {target}")
         script = " && ".join(
             [
+                # Private copies of the host's mounts (nothing propagates back), then shared
+                # among themselves as on a systemd host: the kubelet and containerd check that
+                # a HostToContainer source is a shared or slave mount.
                 "mount --make-rprivate /",
+                "mount --make-rshared /",
                 "mount -t tmpfs -o mode=755 drakit-node /var/lib",
                 "mount -t tmpfs -o mode=755 drakit-node /var/log",
                 *binds,

@@ -94,6 +94,7 @@ def _values(cp: ControlPlane, node: RealNode, **config: Any) -> dict[str, Any]:
         "cdiDir": str(node.cdi_dir),
         "stateDir": str(node.root / "state"),
         "simulatedRoot": str(node.root / "sim"),
+        "deviceRoot": str(node.root / "sim"),
         "apiServer": {"host": "127.0.0.1", "port": str(cp.api_port)},
         "metrics": {"port": free_port()},
         "backends": {
