@@ -469,3 +469,26 @@ def test_a_device_node_missing_on_the_host_fails_the_claim_until_it_is_there(
     res = state.prepare([ref])[ref.uid]  # the kubelet's retry, once the node is there
     assert res.error == ""
     assert state.unprepare([ref])[ref.uid].error == ""
+
+
+def test_the_charts_device_root_flags_on_simulated_hardware_use_the_simulated_root(
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
+) -> None:
+    """The chart passes --device-root=/ and a mount of the host's /dev; a simulated node's
+    nodes are in its own root, which is read in place."""
+    state = DriverState(
+        GPU,
+        host,
+        claims,
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        boot_id="b",
+        device_root=Path("/"),
+        device_root_mount=tmp_path / "not-mounted",
+    )
+    ref = claim(claims, [gpu("gpu-6")])
+    assert state.prepare([ref])[ref.uid].error == ""
+    spec = json.loads((tmp_path / "cdi" / f"k8s.{GPU}-claim_{ref.uid}.json").read_text())
+    node = spec["devices"][0]["containerEdits"]["deviceNodes"][0]
+    assert node == {"path": "/dev/nvidia6", "hostPath": f"{host.node.sysfs_root}/dev/nvidia6"}
+    assert state.unprepare([ref])[ref.uid].error == ""

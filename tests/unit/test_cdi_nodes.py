@@ -167,6 +167,7 @@ def test_a_simulated_root_may_hold_regular_files_for_nodes(tmp_path: Path) -> No
         {"path": "/dev/stand-in", "hostPath": f"{root}/dev/stand-in"}
     ]
     assert device_root_of(None, root) == root  # a simulated root is its own device root
+    assert device_root_of("/", root) == root  # the host's /dev has none of its nodes
     assert device_root_of(None, tmp_path) == Path("/")
     assert device_root_of("/run/nvidia/driver", root) == Path("/run/nvidia/driver")
 

@@ -178,8 +178,8 @@ class DrakitSettings(BaseSettings):
         default=None,
         description=(
             "Host directory whose dev/ holds the device nodes CDI specs name as hostPath "
-            "(NVIDIA's devRoot, e.g. /run/nvidia/driver); default: the simulated root for "
-            "simulated hardware, else /"
+            "(NVIDIA's devRoot, e.g. /run/nvidia/driver); default /, which for simulated "
+            "hardware means the simulated root"
         ),
     )
     device_root_mount: _AbsPath | None = Field(
@@ -187,7 +187,7 @@ class DrakitSettings(BaseSettings):
         description=(
             "Where this process sees device_root, to check the host's nodes at prepare (the "
             "chart mounts <device_root>/dev under /var/run/drakit/device-root); default: "
-            "device_root itself"
+            "device_root itself; not used for a simulated root"
         ),
     )
     profile: _Name | None = Field(default=None, description="Simulated hardware profile name")

@@ -90,14 +90,16 @@ def min_cdi_version(spec: dict[str, Any]) -> str:
 
 
 def device_root_of(device_root: Path | str | None, sysfs_root: Path | str) -> Path:
-    """The device root a node uses: ``device_root`` if set, else the simulated root, else ``/``.
+    """The device root a node uses: the simulated root, else ``device_root``, else ``/``.
 
     A simulated root (``--profile``, or a ``--sysfs-root`` the simulator built) holds its
-    device nodes in its own ``dev/``, so it is its own device root unless one is configured.
+    device nodes in its own ``dev/``, so it is its own device root unless another root than
+    ``/`` is configured (the host's ``/dev`` has none of them; the chart passes ``/``).
     """
-    if device_root is not None:
-        return Path(device_root)
-    return Path(sysfs_root) if is_simulated(Path(sysfs_root)) else Path("/")
+    configured = Path(device_root) if device_root is not None else Path("/")
+    if configured == Path("/") and is_simulated(Path(sysfs_root)):
+        return Path(sysfs_root)
+    return configured
 
 
 class CdiWriter:

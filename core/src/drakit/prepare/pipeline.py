@@ -142,9 +142,10 @@ class DriverState:
         inventory: the node's device inventory (which plugin owns which device); each kubelet
             call reads its current snapshot once. ``None``: one of its own, discovered now.
         device_root: the host directory whose ``dev/`` holds the device nodes the CDI specs
-            name (``hostPath``); ``None``: the simulated root for simulated hardware, else ``/``
-            (:func:`drakit.prepare.cdi.device_root_of`).
-        device_root_mount: where this process sees ``device_root`` (default: there).
+            name (``hostPath``); ``None`` or ``/``: the simulated root for simulated hardware,
+            else ``/`` (:func:`drakit.prepare.cdi.device_root_of`).
+        device_root_mount: where this process sees ``device_root`` (default: there); not
+            used for a simulated root, which is read where it is.
 
     Raises:
         PermanentError: the driver name is not a DNS subdomain, or the state directory is a
@@ -182,11 +183,13 @@ class DriverState:
         self._reader = ClaimReader(driver, host, claims)
         ensure_dir(state_dir)
         self.dir = ensure_dir(state_dir / driver)
+        root = device_root_of(device_root, host.node.sysfs_root)
         self.cdi = CdiWriter(
             cdi_dir,
             driver,
-            device_root=device_root_of(device_root, host.node.sysfs_root),
-            check_root=device_root_mount,
+            device_root=root,
+            # the mount is of the configured root; a simulated root is seen where it is
+            check_root=device_root_mount if root == Path(device_root or "/") else None,
         )
         self.store = CheckpointStore(
             self.dir / "checkpoint.json", driver, boot_id, on_repair, recover=self._recover
