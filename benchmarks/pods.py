@@ -15,7 +15,8 @@ CDI, runc, CNI), and two DRA drivers on it at the same time:
 
 For each driver in turn (drakit, Go, drakit, ...) a pod with one claim for one GPU (from a
 ResourceClaimTemplate) is created and timed until it is Running (polled every 20 ms), then
-deleted and waited for until its claim is gone. Reported per driver: pod creation to Running
+deleted and waited for until its claim is gone and, unless ``--churn``, until the kubelet has
+unprepared that claim (no CDI spec names it), so that the next pod finds its GPU free. Reported per driver: pod creation to Running
 p50/p90/max, and the kubelet's own ``NodePrepareResources`` latency per driver from its
 ``/metrics`` (``dra_grpc_operations_duration_seconds``: mean of the run). The machine's load
 average is recorded with the figures; nothing is asserted.
@@ -78,8 +79,9 @@ def _template(cp: ControlPlane, name: str, device_class: str) -> None:
     )
 
 
-def _time_pod(cp: ControlPlane, node: RealNode, name: str, template: str) -> float:
-    """Seconds from the pod's creation to phase Running; the pod is deleted afterwards."""
+def _time_pod(cp: ControlPlane, node: RealNode, name: str, template: str, *, settle: bool) -> float:
+    """Seconds from the pod's creation to phase Running; the pod is deleted afterwards, and
+    with ``settle`` its claim waited for until unprepared."""
     body = pod(
         name,
         node.name,
@@ -97,6 +99,10 @@ def _time_pod(cp: ControlPlane, node: RealNode, name: str, template: str) -> flo
         what=f"pod {name} Running",
     )
     elapsed = time.monotonic() - began
+    uid = cp.api("GET", f"{path}/{name}")["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    uid = cp.api("GET", f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims/{uid}")["metadata"][
+        "uid"
+    ]
     cp.api(
         "DELETE",
         f"{path}/{name}",
@@ -112,6 +118,16 @@ def _time_pod(cp: ControlPlane, node: RealNode, name: str, template: str) -> flo
         return False
 
     wait_for(gone, timeout=120, interval=0.05, what=f"pod {name} and its claim gone")
+    if settle:
+        # The kubelet unprepares the claim only after the pod's containers stopped; until then
+        # drakit refuses the device to the next claim (the Go example driver hands it out), and
+        # the kubelet retries that pod with back-off: wait, so each pod starts on a free device.
+        wait_for(
+            lambda: not any(uid in p.read_text() for p in node.cdi_dir.iterdir()),
+            timeout=120,
+            interval=0.05,
+            what=f"the claim of {name} unprepared",
+        )
     return elapsed
 
 
@@ -149,15 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=20, help="pods per driver (default 20)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed pods per driver first")
     ap.add_argument("--peer-bin", help="directory with dra-example-kubeletplugin")
+    ap.add_argument(
+        "--churn",
+        action="store_true",
+        help="start the next pod as soon as the previous one and its claim are deleted, without "
+        "waiting for the kubelet to unprepare that claim (the device may still be held)",
+    )
     ap.add_argument("-o", "--output", type=Path, help="write the JSON report here (and .md)")
     args = ap.parse_args(argv)
-    times, metrics, load = measure(args.pods, args.warmup, _peer_bin(args.peer_bin))
+    times, metrics, load = measure(
+        args.pods, args.warmup, _peer_bin(args.peer_bin), settle=not args.churn
+    )
     report(args, times, metrics, load)
     return 0
 
 
 def measure(
-    pods: int, warmup: int, peer: Path
+    pods: int, warmup: int, peer: Path, *, settle: bool
 ) -> tuple[dict[str, list[float]], dict[str, dict[str, float]], tuple[float, float, float]]:
     """Start everything, time the pods; return the times, the kubelet's figures, the load."""
     cp = ControlPlane(find_bin_dir(None))
@@ -214,7 +238,7 @@ def measure(
         times: dict[str, list[float]] = {"drakit": [], "go": []}
         for i in range(warmup + pods):
             for key in ("drakit", "go"):
-                elapsed = _time_pod(cp, node, f"{key}-{i}", key)
+                elapsed = _time_pod(cp, node, f"{key}-{i}", key, settle=settle)
                 if i >= warmup:
                     times[key].append(elapsed)
         metrics = _kubelet_prepare(node.kubelet_metrics())
@@ -250,6 +274,7 @@ def report(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
         ).stdout.strip(),
         "pods_per_driver": args.pods,
+        "churn": args.churn,
         "loadavg": load,
         "pod_to_running_s": rows,
         "kubelet_node_prepare_mean_s": kubelet,
