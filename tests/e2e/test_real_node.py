@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.sim import build_profile
 from drakit_cpu.prepare import cpuset_env_name
+from drakit_nvidia_gpu.sim.fakenvml import load_nvml_description
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
 
@@ -382,3 +384,20 @@ def test_a_container_sees_exactly_its_claims_device_nodes_and_env(
     assert env <= container_env, sorted(env - container_env)
     text = "\n".join(sorted(nodes | env))
     assert all(e in text for e in expect), text
+    if device_class == "nvidia-gpu":
+        # The very GPU the scheduler allocated: its UUID as published, its minor as NVML says.
+        (result,) = pod_claim(cp, namespace, "dev")["status"]["allocation"]["devices"]["results"]
+        uuid_ = _published_attribute(cp, real_node.name, result["device"], "uuid")
+        gpus = load_nvml_description(real_node.root / "sim").devices
+        (minor,) = [g.minor_number for g in gpus if g.uuid == uuid_]
+        assert env_of(log)["NVIDIA_VISIBLE_DEVICES"] == uuid_
+        assert {n for n in seen if re.fullmatch(r"/dev/nvidia\d+", n)} == {f"/dev/nvidia{minor}"}
+
+
+def _published_attribute(cp: ControlPlane, node: str, device: str, name: str) -> Any:
+    slices = cp.api("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node}")
+    for item in slices["items"]:
+        for dev in item["spec"].get("devices") or []:
+            if dev["name"] == device:
+                return next(iter(dev["attributes"][name].values()))
+    raise AssertionError(f"device {device} not published on {node}")
