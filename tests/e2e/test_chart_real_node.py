@@ -11,7 +11,9 @@ node has no kube-proxy) with the token the kubelet projects for the chart's Serv
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +23,13 @@ import pytest
 from tests.e2e.controlplane import REPO_ROOT, ControlPlane, free_port, new_run_dir, wait_for
 from tests.e2e.nodeproc import RESOURCE, create_device_class
 from tests.e2e.realnode import (
+    DONE,
     DRAKIT_IMAGE_REPOSITORY,
     RealNode,
     claim_template,
     delete_pod,
     env_of,
+    pod,
     pod_claim,
     pod_phase,
     run_pod,
@@ -59,6 +63,8 @@ def cluster(
         run_dir,
         disabled_admission=["TaintNodesByCondition"],
         extra_args={
+            # Webhooks are called at their Service's endpoints (no kube-proxy on the node).
+            "kube-apiserver": ["--enable-aggregator-routing=true"],
             "kube-controller-manager": [
                 "--controllers=*",
                 f"--root-ca-file={pki / 'apiserver.crt'}",
@@ -87,7 +93,16 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     return Helm(binary, tmp_path_factory.mktemp("helm-real-node"))
 
 
-def _values(cp: ControlPlane, node: RealNode, **config: Any) -> dict[str, Any]:
+def _values(
+    cp: ControlPlane, node: RealNode, *, webhook: bool = False, **config: Any
+) -> dict[str, Any]:
+    backends: dict[str, Any] = {
+        "cpu": {"enabled": True},
+        "nvidia_gpu": {"enabled": True},
+        "amd_ainic": {"enabled": True},
+    }
+    if webhook:
+        backends["composite"] = {"enabled": True}
     return {
         "image": {"repository": DRAKIT_IMAGE_REPOSITORY, "tag": _version(), "pullPolicy": "Never"},
         "kubeletDir": str(node.kubelet_dir),
@@ -97,14 +112,11 @@ def _values(cp: ControlPlane, node: RealNode, **config: Any) -> dict[str, Any]:
         "deviceRoot": str(node.root / "sim"),
         "apiServer": {"host": "127.0.0.1", "port": str(cp.api_port)},
         "metrics": {"port": free_port()},
-        "backends": {
-            "cpu": {"enabled": True},
-            "nvidia_gpu": {"enabled": True},
-            "amd_ainic": {"enabled": True},
-        },
+        "backends": backends,
         "config": {"log_level": "INFO", **config},
         "node": {"terminationGracePeriodSeconds": 10},
-        "webhook": {"enabled": False},
+        # On the node's network: the API server reaches no pod IP (no route to the pod bridge).
+        "webhook": {"enabled": webhook, "hostNetwork": True, "replicas": 1, "port": free_port()},
     }
 
 
@@ -223,3 +235,66 @@ def test_install_upgrade_uninstall_with_a_workload_claim(
     assert not _cdi_specs(node)
     wait_for(lambda: not _slices(cp, node), timeout=90, what="the node's slices removed")
     assert json.dumps(_slices(cp, node)) == "[]"
+
+
+def test_the_webhook_deployment_admits_a_pair_pod(
+    cluster: tuple[ControlPlane, RealNode], helm: Helm
+) -> None:
+    """With the composite enabled, the chart's webhook runs as a Deployment on the node, the API
+    server calls it for a pod that asks for a GPU-NIC pair, and the pod runs with the pair's
+    GPU and NIC device nodes."""
+    cp, node = cluster
+    build_profile(PROFILE, node.root / "sim")
+    release = "drakit-wh"
+    values = helm.values_file(_values(cp, node, webhook=True), "webhook.yaml")
+    helm.run(
+        "install",
+        release,
+        str(CHART),
+        "--create-namespace",
+        "--values",
+        str(values),
+        *_kubeconfig_args(cp),
+    )
+    try:
+        for component in ("node", "webhook"):
+            wait_for(
+                functools.partial(_ready_pods, cp, component),
+                timeout=150,
+                what=f"the {component} pod Ready",
+            )
+        cp.create_namespace("pairs")
+        body = pod(
+            "pair",
+            node.name,
+            ["sh", "-c", f"find /dev -type c | sort; echo {DONE}; exec sleep 3600"],
+        )
+        body["metadata"]["annotations"] = {"composite.drakit.io/gpu-nic-pairs": "1"}
+        made = cp.api("POST", "/api/v1/namespaces/pairs/pods", body)
+        assert made["spec"]["resourceClaims"][0]["name"] == "gpu-nic-pairs", made["spec"]
+
+        def printed() -> str | None:
+            text = node.pod_log("pairs", "pair", "c")
+            return text if DONE in text else None
+
+        log = wait_for(printed, timeout=120, what="the pair pod's command")
+        nodes = set(log.splitlines())
+        assert {n for n in nodes if re.fullmatch(r"/dev/nvidia\d+", n)}, log
+        assert {n for n in nodes if n.startswith("/dev/infiniband/uverbs")}, log
+        assert "/dev/infiniband/rdma_cm" in nodes
+        delete_pod(cp, "pairs", "pair")
+    finally:
+        helm.run("uninstall", release, "--wait", *_kubeconfig_args(cp))
+        wait_for(lambda: not _pods(cp, "node"), timeout=120, what="the node pod gone")
+
+
+def _ready_pods(cp: ControlPlane, component: str) -> list[dict[str, Any]]:
+    return [p for p in _pods(cp, component) if _ready(p)]
+
+
+def _pods(cp: ControlPlane, component: str) -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/component={component}"
+    items: list[dict[str, Any]] = cp.api(
+        "GET", f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={selector}"
+    )["items"]
+    return items
