@@ -6,7 +6,8 @@ exactly like ``kill -9``). Points: ``prepare-after-get``, ``prepare-after-plugin
 ``prepare-after-cdi``, ``prepare-after-checkpoint``, ``unprepare-after-plugin``,
 ``unprepare-after-cdi``, ``unprepare-after-checkpoint``; and ``prepare-after-member``, after a
 composite's member has prepared and been recorded (before the next member is asked; not in
-:data:`CRASH_POINTS`, whose claims have no composite). The variable is read once, when this
+:data:`CRASH_POINTS`, whose claims have no composite); ``prepare-after-metadata``, after the
+claim's device metadata files are written and before its CDI spec. The variable is read once, when this
 module is imported (the tests set it in the node's environment): a point costs a set lookup.
 """
 
