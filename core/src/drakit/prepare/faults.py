@@ -7,8 +7,9 @@ exactly like ``kill -9``). Points: ``prepare-after-get``, ``prepare-after-plugin
 ``unprepare-after-cdi``, ``unprepare-after-checkpoint``; and ``prepare-after-member``, after a
 composite's member has prepared and been recorded (before the next member is asked; not in
 :data:`CRASH_POINTS`, whose claims have no composite); ``prepare-after-metadata``, after the
-claim's device metadata files are written and before its CDI spec. The variable is read once, when this
-module is imported (the tests set it in the node's environment): a point costs a set lookup.
+claim's device metadata files are written and before its CDI spec. The variable is read once,
+when this module is imported (the tests set it in the node's environment): a point costs a set
+lookup.
 """
 
 from __future__ import annotations
