@@ -83,6 +83,18 @@ def _device_results(
     return out
 
 
+def _attributes(slices: Sequence[Mapping[str, Any]], key: DeviceKey) -> dict[str, Any]:
+    """The device's attributes as its slice publishes them."""
+    for s in slices:
+        spec = s["spec"]
+        if spec["driver"] == key.driver and spec["pool"]["name"] == key.pool:
+            for dev in spec.get("devices") or []:
+                if dev["name"] == key.device:
+                    attributes: dict[str, Any] = dev.get("attributes") or {}
+                    return attributes
+    raise AssertionError(f"{key} is not in the node's slices")
+
+
 class _Target(NamedTuple):
     running: RunningNode
     devices: list[DeviceKey]
@@ -284,7 +296,11 @@ class BackendContract:
         assert len(published) == len(set(published)), "a device is published twice"
 
     def test_every_device_prepares_and_unprepares(self, contract_target: _Target) -> None:
-        """Each device prepares alone over the kubelet socket, with CDI edits, then unprepares."""
+        """Each device prepares alone over the kubelet socket, then unprepares.
+
+        Its CDI edits are in the claim's spec, its device metadata file (KEP-5304) carries the
+        attributes the node publishes for it, and unprepare leaves neither.
+        """
         contract_running, contract_devices, contract_driver = contract_target
         self._require_devices(contract_devices)
         slices = contract_running.slices()
@@ -303,9 +319,24 @@ class BackendContract:
                 f"CDI IDs of {key} without a device in the CDI specs: "
                 f"{sorted(set(out.cdi_ids) - set(edits))}"
             )
+            metadata = out.device_metadata()
+            assert len(metadata) == 1, f"{key}: device metadata files mounted: {sorted(metadata)}"
+            [(inside, docs)] = metadata.items()
+            [meta] = docs[0]["requests"][0]["devices"]
+            assert meta.get("attributes", {}) == _attributes(slices, key), (
+                f"{key}: the device metadata at {inside} does not carry the published attributes"
+            )
+            hosts = {
+                m["hostPath"]
+                for e in edits.values()
+                for m in e.get("mounts") or []
+                if m["containerPath"] == inside
+            }
             err = contract_running.kubelet.unprepare(claim)
             assert err is None, f"unprepare of {key} failed: {err}"
             assert out.spec_files() == [], f"CDI spec of {key} left after unprepare"
+            left = sorted(h for h in hosts if Path(h).exists())
+            assert not left, f"device metadata of {key} left after unprepare: {left}"
             contract_running.claims.remove(claim)
 
     def test_prepare_is_idempotent(self, contract_target: _Target) -> None:

@@ -43,6 +43,8 @@ from drakit.models import (
 from drakit.node.daemon import Node
 from drakit.prepare.cdi import CdiWriter
 from drakit.prepare.memory import DEFAULT_NAMESPACE, ClaimStore
+from drakit.prepare.metadata import CONTAINER_DIR as METADATA_DIR
+from drakit.prepare.metadata import read_metadata
 from drakit.sim import MachineSpec, SysfsBuilder, build_profile
 
 __all__ = [
@@ -355,6 +357,27 @@ class PrepareOutcome:
                 cdi_id = f"{spec['kind']}={dev['name']}"
                 found[cdi_id] = _merge_edits(base, dev.get("containerEdits") or {})
         return {i: found[i] for i in self.cdi_ids if i in found}
+
+    def device_metadata(self) -> dict[str, list[dict[str, Any]]]:
+        """The claim's KEP-5304 device metadata files: path in the container -> its objects.
+
+        Read from the host paths the CDI mounts under
+        ``/var/run/kubernetes.io/dra-device-attributes/`` name; each file is a stream of
+        ``DeviceMetadata`` objects (``metadata.resource.k8s.io/v1beta1`` first, then
+        ``v1alpha1``), whose ``requests[].devices[].attributes`` are the devices' attributes as
+        the node publishes them (docs/architecture.md, "Device metadata").
+        """
+        out: dict[str, list[dict[str, Any]]] = {}
+        for edits in self.cdi_edits().values():
+            for mount in edits.get("mounts") or []:
+                inside = str(mount.get("containerPath", ""))
+                if inside.startswith(METADATA_DIR + "/") and inside not in out:
+                    raw = Path(str(mount["hostPath"])).read_bytes()
+                    out[inside] = [
+                        d.model_dump(mode="json", by_alias=True, exclude_none=True)
+                        for d in read_metadata(raw)
+                    ]
+        return out
 
     def env(self) -> dict[str, str]:
         """The environment the container gets from all of the claim's CDI devices."""
