@@ -15,7 +15,7 @@ from rich.console import Console
 from drakit.commands.cli import cli
 from drakit.commands.demo import run_demo
 from drakit.cpuset import parse_cpulist
-from drakit.sim import list_profiles, materialize
+from drakit.sim import list_profiles, materialize, profile_info
 from drakit_cpu.topology import CpuTopology
 
 
@@ -63,6 +63,19 @@ def test_demo_runs_on_every_profile(profile: str) -> None:
     assert len(per_numa) == len(cpu)
     if profile != "minimal-1s":
         assert len(per_numa) >= 2, per_numa
+
+
+@pytest.mark.parametrize("profile", [p for p in list_profiles() if profile_info(p).gpus])
+def test_demo_shows_the_accelerators_of_every_profile(profile: str) -> None:
+    """An MI300X machine's AMD GPUs as much as an H200's NVIDIA ones (the demo's backends)."""
+    summary, out = _run(profile=profile)
+    gpus = profile_info(profile).gpus
+    by_backend = summary["backends"]
+    accelerators = by_backend.get("nvidia_gpu", 0) + by_backend.get("amd_gpu", 0)
+    assert accelerators >= gpus, by_backend
+    backend = "amd_gpu" if profile.startswith("mi300x") else "nvidia_gpu"
+    assert by_backend.get(backend, 0) >= gpus, by_backend
+    assert backend in out  # the table names the backend of each row
 
 
 def test_demo_default_profile_has_pairs_and_sixteen_cpus() -> None:
