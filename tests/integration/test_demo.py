@@ -133,3 +133,28 @@ def test_demo_with_a_config_file(tmp_path: Path) -> None:
     assert {
         r["driver"] for r in summary["claim"]["status"]["allocation"]["devices"]["results"]
     } == {"cpu.drakit.io"}
+
+
+SHARED_NIC = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: nic-share}
+spec:
+  devices:
+    requests:
+    - name: nic
+      exactly: {deviceClassName: ainic.amd.drakit.io}
+"""
+
+
+def test_demo_prepares_a_shared_nic_on_a_profile_without_vfs(tmp_path: Path) -> None:
+    """The simulated SR-IOV kernel runs in the demo: the NIC share's VF is made on demand."""
+    config = tmp_path / "drakit.yaml"
+    config.write_text("plugins:\n  amd_ainic: {default_mode: shared, vf_limit: 2}\n")
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(SHARED_NIC)
+    summary, _ = _run(profile="h200-8gpu-8ainic", config=config, claim=claim)
+    [result] = summary["claim"]["status"]["allocation"]["devices"]["results"]
+    assert result["shareID"]
+    assert summary["left_after_unprepare"] == 0
+    assert any(e.startswith("DRAKIT_") for e in summary["env"]), summary["env"]
