@@ -100,9 +100,7 @@ def _write(tmp_path: Path, name: str, config: dict[str, Any]) -> Path:
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_validate_refuses_what_the_node_or_deviceclasses_refuses(
-    name: str, tmp_path: Path
-) -> None:
+def test_validate_refuses_what_the_node_or_deviceclasses_refuses(name: str, tmp_path: Path) -> None:
     config, setting = BAD[name]
     path = _write(tmp_path, name, config)
     problems, _ = validate_config(path)
