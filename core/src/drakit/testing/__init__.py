@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from drakit.testing.allocation import Allocation, allocate
     from drakit.testing.contract import BackendContract
     from drakit.testing.nodes import (
         CLAIM_NAMESPACE,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLAIM_NAMESPACE",
+    "Allocation",
     "BackendContract",
     "ClaimStore",
     "KubeletSide",
@@ -39,6 +41,7 @@ __all__ = [
     "RunningNode",
     "SimHost",
     "SimNode",
+    "allocate",
     "allocated_claim",
     "build_sim_node",
     "open_host",
@@ -46,7 +49,9 @@ __all__ = [
 ]
 
 _HOME = {name: "drakit.testing.nodes" for name in __all__} | {
-    "BackendContract": "drakit.testing.contract"
+    "BackendContract": "drakit.testing.contract",
+    "Allocation": "drakit.testing.allocation",
+    "allocate": "drakit.testing.allocation",
 }
 
 
