@@ -36,6 +36,7 @@ from drakit.host.startup import fast_tmp
 from drakit.models import DeviceKey
 from drakit.publish.render import check_pool, render_checked
 from drakit.sim import MachineSpec
+from drakit.testing.allocation import allocate
 from drakit.testing.nodes import (
     RunningNode,
     SimHost,
@@ -93,6 +94,50 @@ def _attributes(slices: Sequence[Mapping[str, Any]], key: DeviceKey) -> dict[str
                     attributes: dict[str, Any] = dev.get("attributes") or {}
                     return attributes
     raise AssertionError(f"{key} is not in the node's slices")
+
+
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+_MAX_PARTS_CHECKED = 8
+
+
+def _same_function_groups(
+    slices: Sequence[Mapping[str, Any]], driver: str
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """``(pool, pciBusID)`` -> the driver's devices of one PCI function (a GPU, its slices)."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for s in slices:
+        spec = s["spec"]
+        if spec["driver"] != driver:
+            continue
+        for dev in spec.get("devices") or []:
+            bdf = ((dev.get("attributes") or {}).get(PCI_BUS_ID) or {}).get("string")
+            if bdf:
+                out.setdefault((spec["pool"]["name"], bdf), []).append(dev)
+    return {k: v for k, v in out.items() if len(v) > 1}
+
+
+def _draw(device: Mapping[str, Any], counter_set: str) -> int:
+    """How many of ``counter_set``'s counters ``device`` draws from (0: none)."""
+    return sum(
+        len(c.get("counters") or {})
+        for c in device.get("consumesCounters") or []
+        if c["counterSet"] == counter_set
+    )
+
+
+def _only(
+    slices: Sequence[Mapping[str, Any]], driver: str, pool: str, names: set[str]
+) -> list[dict[str, Any]]:
+    """``slices`` with the driver's pool reduced to the devices ``names`` (counters kept)."""
+    out = []
+    for s in slices:
+        spec = s["spec"]
+        if spec["driver"] == driver and spec["pool"]["name"] == pool:
+            devices = [d for d in spec.get("devices") or [] if d["name"] in names]
+            out.append({**s, "spec": {**spec, "devices": devices}})
+        else:
+            out.append(dict(s))
+    return out
 
 
 class _Target(NamedTuple):
@@ -338,6 +383,56 @@ class BackendContract:
             left = sorted(h for h in hosts if Path(h).exists())
             assert not left, f"device metadata of {key} left after unprepare: {left}"
             contract_running.claims.remove(claim)
+
+    def test_partitions_never_go_with_their_whole_device(self, contract_target: _Target) -> None:
+        """Partitions of one PCI function never go with the device they are part of.
+
+        Devices of one PCI function (same ``pciBusID``: a GPU and its MIG slices) must share a
+        counter set, and the one that draws on most of it never goes with any other. With the
+        whole device held, the scheduler (``drakit.testing.allocate``, over the pool
+        reduced to the two devices) must not allocate a partition; with a partition held, not
+        the whole device. A backend that publishes a partition without counters, or a whole
+        device that draws on fewer counters than its partitions, fails here.
+        """
+        running, devices, driver = contract_target
+        self._require_devices(devices)
+        slices = running.slices()
+        groups = _same_function_groups(slices, driver)
+        if not groups:
+            pytest.skip("no two devices of one PCI function (no partitions) on this profile")
+        for (pool, bdf), group in sorted(groups.items()):
+            sets = set.intersection(
+                *({c["counterSet"] for c in d.get("consumesCounters") or []} for d in group)
+            )
+            names = [d["name"] for d in group]
+            assert sets, (
+                f"devices {names[:4]} are one PCI function ({PCI_BUS_ID} {bdf}) but draw on no "
+                "common counter set: nothing keeps them from being allocated together"
+            )
+            counter_set = sorted(sets)[0]
+            whole = max(group, key=lambda d: (_draw(d, counter_set), -len(d["name"])))
+            if whole.get("allowMultipleAllocations"):
+                continue
+            for part in [d for d in group if d is not whole][:_MAX_PARTS_CHECKED]:
+                pair = _only(slices, driver, pool, {whole["name"], part["name"]})
+                for held, wanted in ((whole, part), (part, whole)):
+                    holder = allocated_claim(
+                        f"holder-{held['name']}", [("r", driver, held["name"])], pool=pool
+                    )
+                    asked = {
+                        "metadata": {"name": "asked"},
+                        "spec": {
+                            "devices": {
+                                "requests": [{"name": "r", "exactly": {"deviceClassName": driver}}]
+                            }
+                        },
+                    }
+                    out = allocate([asked], pair, node=running.sim.node_name, allocated=[holder])
+                    assert not out.fits, (
+                        f"{wanted['name']} was allocatable while {held['name']} was held "
+                        f"(one PCI function, {bdf}, counter set {counter_set!r}): "
+                        f"{out.results}"
+                    )
 
     def test_prepare_is_idempotent(self, contract_target: _Target) -> None:
         """A repeated prepare answers the same; a repeated unprepare succeeds."""
