@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         open_host,
         run_node,
     )
+    from drakit.testing.published import Published, PublishedDevice
 
 __all__ = [
     "CLAIM_NAMESPACE",
@@ -38,6 +39,8 @@ __all__ = [
     "ClaimStore",
     "KubeletSide",
     "PrepareOutcome",
+    "Published",
+    "PublishedDevice",
     "RunningNode",
     "SimHost",
     "SimNode",
@@ -52,6 +55,8 @@ _HOME = {name: "drakit.testing.nodes" for name in __all__} | {
     "BackendContract": "drakit.testing.contract",
     "Allocation": "drakit.testing.allocation",
     "allocate": "drakit.testing.allocation",
+    "Published": "drakit.testing.published",
+    "PublishedDevice": "drakit.testing.published",
 }
 
 

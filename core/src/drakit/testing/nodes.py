@@ -45,7 +45,9 @@ from drakit.prepare.cdi import CdiWriter
 from drakit.prepare.memory import DEFAULT_NAMESPACE, ClaimStore
 from drakit.prepare.metadata import CONTAINER_DIR as METADATA_DIR
 from drakit.prepare.metadata import read_metadata
+from drakit.publish.render import render_pool
 from drakit.sim import MachineSpec, SysfsBuilder, build_profile
+from drakit.testing.published import Published
 
 __all__ = [
     "CLAIM_NAMESPACE",
@@ -174,6 +176,14 @@ class SimHost:
             SliceValidationError: a device breaks an API rule; the message names it.
         """
         return self.inventory().slices()
+
+    def published(self) -> Published:
+        """What a node would publish, by device: attributes, counters, counter sets, taints.
+
+        Raises:
+            SliceValidationError: a device breaks an API rule; the message names it.
+        """
+        return Published.from_slices(self.slices())
 
     def parse_config(self, driver: str, params: Mapping[str, Any]) -> BaseModel:
         """Validate an opaque config object through ``driver``'s backends.
@@ -535,6 +545,20 @@ class RunningNode:
             SliceValidationError: a device breaks an API rule; the message names it.
         """
         return self.inventory().slices()
+
+    def published(self) -> Published:
+        """What the node publishes now, by device, health taints included.
+
+        A fresh discovery, with drakit's ``drakit.io/unhealthy`` taint on the devices the
+        node's health loop found Unhealthy when ``health.taint_unhealthy`` is set, as the
+        publisher writes them.
+
+        Raises:
+            SliceValidationError: a device breaks an API rule; the message names it.
+        """
+        return Published.from_slices(
+            [s for spec in self.node.publishable() for s in render_pool(spec)]
+        )
 
     def health(self) -> dict[str, list[DeviceHealth]]:
         """Device health per plugin, asked of the backends now."""
