@@ -127,3 +127,33 @@ def test_admin_access_survives_a_restart(
     later = claim(claims, [gpu("gpu-4")], name="later")
     assert again.prepare([later])[later.uid].error == ""
     again.close()
+
+
+def test_admin_access_survives_a_lost_checkpoint(
+    host: PluginHost, claims: ClaimStore, tmp_path: Path
+) -> None:
+    """The monitoring claim's spec says its device was for adminAccess: rebuilt, it holds none."""
+    state = make_state(host, claims, tmp_path)
+    work = claim(claims, [gpu("gpu-5")], name="workload")
+    admin = claim(claims, [gpu("gpu-5", admin=True)], name="monitor")
+    assert state.prepare([work])[work.uid].error == ""
+    assert state.prepare([admin])[admin.uid].error == ""
+    env = spec_of(tmp_path, admin.uid)["devices"][0]["containerEdits"]["env"]
+    assert "DRA_ADMIN_ACCESS=true" in env  # as dra-example-driver tells a monitoring container
+    assert "DRA_ADMIN_ACCESS=true" not in spec_of(tmp_path, work.uid)["devices"][0][
+        "containerEdits"
+    ].get("env", [])
+    state.close()
+    (tmp_path / "state" / GPU / "checkpoint.json").unlink()  # lost
+
+    again = make_state(host, claims, tmp_path)
+    records = again.prepared_claims()
+    assert records[admin.uid].recovered
+    assert records[admin.uid].admin_requests
+    assert records[work.uid].recovered
+    assert not records[work.uid].admin_requests
+    later = claim(claims, [gpu("gpu-5")], name="later")
+    assert "still prepared for claim" in again.prepare([later])[later.uid].error  # the workload
+    assert again.unprepare([work])[work.uid].error == ""
+    assert again.prepare([later])[later.uid].error == ""  # the monitor holds nothing
+    again.close()

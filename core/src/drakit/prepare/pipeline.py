@@ -90,7 +90,7 @@ from drakit.prepare.device_status import (
 from drakit.prepare.faults import crash_point
 from drakit.prepare.metadata import SUBDIR as METADATA_SUBDIR
 from drakit.prepare.metadata import MetadataDevice, MetadataWriter, container_path, with_mount
-from drakit.prepare.recovery import recover_claims
+from drakit.prepare.recovery import ADMIN_ACCESS_ENV, recover_claims
 from drakit.prepare.safefs import ensure_dir, open_private
 
 __all__ = [
@@ -498,6 +498,10 @@ class DriverState:
             for d, p in zip(devs, self._ordered(list(prepared[plugin]), devs), strict=True):
                 inside = container_path(self.driver, ref.name, plan.pod_claim_name, d.request)
                 edits = with_mount(p.edits, str(paths[d.request]), inside)
+                if d.admin_access:  # the container learns it; a rebuilt record knows it
+                    cdi = edits.to_cdi()
+                    cdi["env"] = [*cdi.get("env", []), ADMIN_ACCESS_ENV]
+                    edits = CdiEdits.model_validate(cdi)
                 out.append((self._cdi_device(d), edits))
         return out
 
