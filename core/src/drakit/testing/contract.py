@@ -140,6 +140,50 @@ def _only(
     return out
 
 
+def _check_partitions(slices: Sequence[Mapping[str, Any]], driver: str, node: str) -> None:
+    """Partitions of one PCI function never go with the device they are part of.
+
+    Devices of one PCI function (same ``pciBusID`` in a pool: a GPU and its MIG slices) must
+    share a counter set, and the one that draws on most of it never goes with any other: with
+    it held, the scheduler (:func:`drakit.testing.allocate`, over the pool reduced to the two
+    devices) must not allocate a partition; with a partition held, not the whole device. A
+    backend that publishes a partition without counters, or a whole device that draws on none
+    of its partitions' counters, fails here.
+    """
+    for (pool, bdf), group in sorted(_same_function_groups(slices, driver).items()):
+        sets = set.intersection(
+            *({c["counterSet"] for c in d.get("consumesCounters") or []} for d in group)
+        )
+        names = [d["name"] for d in group]
+        assert sets, (
+            f"devices {names[:4]} are one PCI function ({PCI_BUS_ID} {bdf}) but draw on no "
+            "common counter set: nothing keeps them from being allocated together"
+        )
+        counter_set = sorted(sets)[0]
+        whole = max(group, key=lambda d: (_draw(d, counter_set), -len(d["name"])))
+        if whole.get("allowMultipleAllocations"):
+            continue
+        for part in [d for d in group if d is not whole][:_MAX_PARTS_CHECKED]:
+            pair = _only(slices, driver, pool, {whole["name"], part["name"]})
+            for held, wanted in ((whole, part), (part, whole)):
+                holder = allocated_claim(
+                    f"holder-{held['name']}", [("r", driver, held["name"])], pool=pool
+                )
+                asked = {
+                    "metadata": {"name": "asked"},
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "r", "exactly": {"deviceClassName": driver}}]
+                        }
+                    },
+                }
+                out = allocate([asked], pair, node=node, allocated=[holder])
+                assert not out.fits, (
+                    f"{wanted['name']} was allocatable while {held['name']} was held (one PCI "
+                    f"function, {bdf}, counter set {counter_set!r}): {out.results}"
+                )
+
+
 class _Target(NamedTuple):
     running: RunningNode
     devices: list[DeviceKey]
@@ -317,7 +361,12 @@ class BackendContract:
     def test_devices_render_into_valid_slices(
         self, contract_host: SimHost, contract_devices: list[DeviceKey], contract_driver: str
     ) -> None:
-        """Every device passes drakit's API checks and renders into valid ResourceSlices."""
+        """Every device passes drakit's API checks and renders into valid ResourceSlices.
+
+        And partitions of one PCI function never go with their whole device
+        (:func:`_check_partitions`: a GPU and its MIG slices draw on one counter set, and the
+        scheduler never allocates the GPU with a slice of it).
+        """
         self._require_devices(contract_devices)
         inv = contract_host.inventory()
         rendered: list[dict[str, Any]] = []
@@ -339,6 +388,7 @@ class BackendContract:
         missing = sorted(str(k) for k in set(contract_devices) - set(published))
         assert not missing, f"devices not published: {missing}"
         assert len(published) == len(set(published)), "a device is published twice"
+        _check_partitions(rendered, contract_driver, self.node_name)
 
     def test_every_device_prepares_and_unprepares(self, contract_target: _Target) -> None:
         """Each device prepares alone over the kubelet socket, then unprepares.
@@ -383,56 +433,6 @@ class BackendContract:
             left = sorted(h for h in hosts if Path(h).exists())
             assert not left, f"device metadata of {key} left after unprepare: {left}"
             contract_running.claims.remove(claim)
-
-    def test_partitions_never_go_with_their_whole_device(self, contract_target: _Target) -> None:
-        """Partitions of one PCI function never go with the device they are part of.
-
-        Devices of one PCI function (same ``pciBusID``: a GPU and its MIG slices) must share a
-        counter set, and the one that draws on most of it never goes with any other. With the
-        whole device held, the scheduler (``drakit.testing.allocate``, over the pool
-        reduced to the two devices) must not allocate a partition; with a partition held, not
-        the whole device. A backend that publishes a partition without counters, or a whole
-        device that draws on fewer counters than its partitions, fails here.
-        """
-        running, devices, driver = contract_target
-        self._require_devices(devices)
-        slices = running.slices()
-        groups = _same_function_groups(slices, driver)
-        if not groups:
-            pytest.skip("no two devices of one PCI function (no partitions) on this profile")
-        for (pool, bdf), group in sorted(groups.items()):
-            sets = set.intersection(
-                *({c["counterSet"] for c in d.get("consumesCounters") or []} for d in group)
-            )
-            names = [d["name"] for d in group]
-            assert sets, (
-                f"devices {names[:4]} are one PCI function ({PCI_BUS_ID} {bdf}) but draw on no "
-                "common counter set: nothing keeps them from being allocated together"
-            )
-            counter_set = sorted(sets)[0]
-            whole = max(group, key=lambda d: (_draw(d, counter_set), -len(d["name"])))
-            if whole.get("allowMultipleAllocations"):
-                continue
-            for part in [d for d in group if d is not whole][:_MAX_PARTS_CHECKED]:
-                pair = _only(slices, driver, pool, {whole["name"], part["name"]})
-                for held, wanted in ((whole, part), (part, whole)):
-                    holder = allocated_claim(
-                        f"holder-{held['name']}", [("r", driver, held["name"])], pool=pool
-                    )
-                    asked = {
-                        "metadata": {"name": "asked"},
-                        "spec": {
-                            "devices": {
-                                "requests": [{"name": "r", "exactly": {"deviceClassName": driver}}]
-                            }
-                        },
-                    }
-                    out = allocate([asked], pair, node=running.sim.node_name, allocated=[holder])
-                    assert not out.fits, (
-                        f"{wanted['name']} was allocatable while {held['name']} was held "
-                        f"(one PCI function, {bdf}, counter set {counter_set!r}): "
-                        f"{out.results}"
-                    )
 
     def test_prepare_is_idempotent(self, contract_target: _Target) -> None:
         """A repeated prepare answers the same; a repeated unprepare succeeds."""
