@@ -16,8 +16,9 @@ CDI, runc, CNI), and two DRA drivers on it at the same time:
 For each driver in turn (drakit, Go, drakit, ...) a pod with one claim for one GPU (from a
 ResourceClaimTemplate) is created and timed until it is Running (polled every 20 ms), then
 deleted and waited for until its claim is gone and, unless ``--churn``, until the kubelet has
-unprepared that claim (no CDI spec names it), so that the next pod finds its GPU free. Reported per driver: pod creation to Running
-p50/p90/max, and the kubelet's own ``NodePrepareResources`` latency per driver from its
+unprepared that claim (no CDI spec names it), so that the next pod finds its GPU free.
+Reported per driver: pod creation to Running p50/p90/max, and the kubelet's own
+``NodePrepareResources`` latency per driver from its
 ``/metrics`` (``dra_grpc_operations_duration_seconds``: mean of the run). The machine's load
 average is recorded with the figures; nothing is asserted.
 """

@@ -92,13 +92,19 @@ def test_kubectl_drakit_explains_a_pending_claim(
         "--node",
         node,
     ]
-    text = subprocess.run(args, capture_output=True, text=True, check=True, timeout=60).stdout
+    done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 1, done.stderr  # the claim fits nowhere
+    text = done.stdout
     assert f"node {node}: does not fit" in text
     assert "numaNode 0 has 2, numaNode 1 has 2" in text
     assert "the preferred policy would fit" in text
     doc = json.loads(
         subprocess.run(
-            [*args, "-o", "json"], capture_output=True, text=True, check=True, timeout=60
+            [*args, "-o", "json", "--exit-zero"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
         ).stdout
     )
     assert doc["claim"] == f"{ns}/train-4-pairs"
@@ -131,3 +137,36 @@ def test_explain_claim_that_is_already_allocated(cluster: tuple[ControlPlane, st
     assert "already allocated: pairs -> " in out
     # its own devices do not count against it: the same 4 pairs fit again
     assert f"node {node}: fits" in out
+
+
+def test_device_taint_rules_in_the_cluster_taint_their_devices(
+    cluster: tuple[ControlPlane, str, str],
+) -> None:
+    cp, node, ns = cluster
+    run = node.removeprefix("explain-")
+    [rule] = _docs("taint-rule.yaml", node)
+    rule["metadata"]["name"] += f"-{run}"
+    cp.api("POST", f"{RESOURCE}/devicetaintrules", rule)
+    try:
+        _create_claim(cp, ns, _docs("claim-gpus.yaml", node)[0], run)
+        done = subprocess.run(
+            [
+                KUBECTL_DRAKIT,
+                "explain",
+                "claim",
+                f"{ns}/three-gpus",
+                "--kubeconfig",
+                str(cp.kubeconfig),
+                "--node",
+                node,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert done.returncode == 1, done.stderr
+        assert "needs 3 devices, 1 eligible on this node" in done.stdout
+        assert f"(DeviceTaintRule {rule['metadata']['name']}) is not tolerated" in done.stdout
+    finally:
+        cp.api("DELETE", f"{RESOURCE}/devicetaintrules/{rule['metadata']['name']}")

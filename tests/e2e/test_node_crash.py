@@ -232,7 +232,15 @@ def test_killed_at_point_then_restarted_reaches_the_no_crash_state(
         p.name
         for d in (CPU, GPU)
         for p in (env.dirs.state_dir / d).iterdir()
-        if p.name not in {"checkpoint.json", "serialize.lock"}
+        if p.name not in {"checkpoint.json", "serialize.lock", "device-metadata"}
+    ]
+    # device metadata files (KEP-5304): the bystander's only; the victim's went with its claim
+    leftovers += [
+        f"{d}/device-metadata/{p.name}"
+        for d in (CPU, GPU)
+        if (env.dirs.state_dir / d / "device-metadata").is_dir()
+        for p in (env.dirs.state_dir / d / "device-metadata").iterdir()
+        if p.name != env.bystander_uid
     ]
     assert leftovers == []
     print(f"\n[crash {point}] kubelet: {_error_line(call)}; after kill: {between}")

@@ -15,7 +15,7 @@ from rich.console import Console
 from drakit.commands.cli import cli
 from drakit.commands.demo import run_demo
 from drakit.cpuset import parse_cpulist
-from drakit.sim import list_profiles, materialize
+from drakit.sim import list_profiles, materialize, profile_info
 from drakit_cpu.topology import CpuTopology
 
 
@@ -63,6 +63,19 @@ def test_demo_runs_on_every_profile(profile: str) -> None:
     assert len(per_numa) == len(cpu)
     if profile != "minimal-1s":
         assert len(per_numa) >= 2, per_numa
+
+
+@pytest.mark.parametrize("profile", [p for p in list_profiles() if profile_info(p).gpus])
+def test_demo_shows_the_accelerators_of_every_profile(profile: str) -> None:
+    """An MI300X machine's AMD GPUs as much as an H200's NVIDIA ones (the demo's backends)."""
+    summary, out = _run(profile=profile)
+    gpus = profile_info(profile).gpus
+    by_backend = summary["backends"]
+    accelerators = by_backend.get("nvidia_gpu", 0) + by_backend.get("amd_gpu", 0)
+    assert accelerators >= gpus, by_backend
+    backend = "amd_gpu" if profile.startswith("mi300x") else "nvidia_gpu"
+    assert by_backend.get(backend, 0) >= gpus, by_backend
+    assert backend in out  # the table names the backend of each row
 
 
 def test_demo_default_profile_has_pairs_and_sixteen_cpus() -> None:
@@ -120,3 +133,28 @@ def test_demo_with_a_config_file(tmp_path: Path) -> None:
     assert {
         r["driver"] for r in summary["claim"]["status"]["allocation"]["devices"]["results"]
     } == {"cpu.drakit.io"}
+
+
+SHARED_NIC = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: nic-share}
+spec:
+  devices:
+    requests:
+    - name: nic
+      exactly: {deviceClassName: ainic.amd.drakit.io}
+"""
+
+
+def test_demo_prepares_a_shared_nic_on_a_profile_without_vfs(tmp_path: Path) -> None:
+    """The simulated SR-IOV kernel runs in the demo: the NIC share's VF is made on demand."""
+    config = tmp_path / "drakit.yaml"
+    config.write_text("plugins:\n  amd_ainic: {default_mode: shared, vf_limit: 2}\n")
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(SHARED_NIC)
+    summary, _ = _run(profile="h200-8gpu-8ainic", config=config, claim=claim)
+    [result] = summary["claim"]["status"]["allocation"]["devices"]["results"]
+    assert result["shareID"]
+    assert summary["left_after_unprepare"] == 0
+    assert any(e.startswith("DRAKIT_") for e in summary["env"]), summary["env"]

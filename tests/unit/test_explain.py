@@ -25,6 +25,7 @@ from tests.unit.test_allocator import (
 )
 
 from drakit.allocator import Node, ResourceSlice
+from drakit.allocator.api import DeviceTaintRule, apply_taint_rules
 from drakit.commands.cli import cli
 from drakit.explain.report import NodeExplanation, explain
 
@@ -127,3 +128,40 @@ def test_cli_errors_name_the_field(tmp_path: Any) -> None:
     result = CliRunner().invoke(cli, ["explain", "--slices", str(slices), "--claim", str(bad)])
     assert result.exit_code != 0
     assert "deviceClasName" in str(result.exception) + result.output
+
+
+def test_taint_rules_taint_the_devices_they_select() -> None:
+    """A DeviceTaintRule's taint counts as the driver's; a missing selector selects nothing."""
+    slice_ = ResourceSlice.model_validate(
+        {
+            "spec": {
+                "driver": "gpu.example.com",
+                "pool": {"name": "n1"},
+                "nodeName": "n1",
+                "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}],
+            }
+        }
+    )
+
+    def rule(name: str, selector: dict[str, str] | None) -> DeviceTaintRule:
+        spec: dict[str, object] = {"taint": {"key": "k", "value": name, "effect": "NoSchedule"}}
+        if selector is not None:
+            spec["deviceSelector"] = selector
+        return DeviceTaintRule.model_validate({"metadata": {"name": name}, "spec": spec})
+
+    rules = [
+        rule("one", {"driver": "gpu.example.com", "device": "gpu-1"}),
+        rule("all", {}),
+        rule("none", None),
+        rule("other-pool", {"pool": "n2"}),
+    ]
+    [out] = apply_taint_rules([slice_], rules)
+    got = {d.name: [t.show() for t in d.taints] for d in out.spec.devices}
+    assert got == {
+        "gpu-0": ["k=all:NoSchedule (DeviceTaintRule all)"],
+        "gpu-1": [
+            "k=one:NoSchedule (DeviceTaintRule one)",
+            "k=all:NoSchedule (DeviceTaintRule all)",
+        ],
+    }
+    assert slice_.spec.devices[0].taints == ()  # the input is left alone

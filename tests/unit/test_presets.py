@@ -6,7 +6,10 @@ the demo's choice, and without a preset core falls back to what is installed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from drakit.host import presets
 from drakit.host.loader import installed_plugins
@@ -15,6 +18,8 @@ from drakit.host.settings import DrakitSettings
 from drakit.host.startup import effective_settings
 from drakit.simseam import PROFILE_GROUP, entries
 from drakit_sim_profiles.presets import DEFAULT_BACKENDS, DEMO, DEMO_PROFILE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_shipped_presets_are_read() -> None:
@@ -38,3 +43,22 @@ def test_without_presets_core_falls_back_to_what_is_installed(
     fallback = demo_preset()
     assert fallback.profile == entries(PROFILE_GROUP)[0].name
     assert list(fallback.plugins) == installed
+
+
+def test_the_chart_orders_the_cli_default_and_enables_only_what_needs_no_privilege() -> None:
+    """One default set (docs/operating.md, "Installing"): the chart's pluginOrder is the CLI's
+    default backends; it enables by default exactly those that need no privileged container,
+    host network or writable /sys and stand alone (the composite needs members)."""
+    values = yaml.safe_load((ROOT / "deployments/helm/drakit/values.yaml").read_text())
+    assert values["pluginOrder"] == list(DEFAULT_BACKENDS)
+    backends = values["backends"]
+    enabled = {b for b, v in backends.items() if v["enabled"]}
+    unprivileged = {
+        b
+        for b, v in backends.items()
+        if not (v.get("privileged") or v.get("hostNetwork") or v.get("writesSysfs"))
+        and not v.get("members")
+    }
+    assert enabled == unprivileged == {"cpu"}
+    doc = (ROOT / "docs/operating.md").read_text()
+    assert "the one place where the\nchart and the command line differ" in doc

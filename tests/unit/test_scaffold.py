@@ -16,7 +16,7 @@ import pytest
 from tests.clirun import run_cli
 
 from drakit.hookspecs import API_VERSION
-from drakit.scaffold import ScaffoldError, new_plugin, render, scaffold_for
+from drakit.scaffold import ScaffoldError, local_drakit, new_plugin, render, scaffold_for
 
 
 def test_names_derive_from_the_plugin_name() -> None:
@@ -135,3 +135,24 @@ def test_cli_refuses_a_non_empty_directory(
     assert "already exists and is not an empty directory" in line
     assert "pass --dir with a new directory" in line
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["mine.txt"]
+
+
+def test_uv_finds_drakit_through_a_path_source(tmp_path: Path) -> None:
+    """`uv run` in the package works without drakit on an index: a path source to a checkout."""
+    core = Path(__file__).resolve().parents[2] / "core"
+    assert local_drakit() == core  # this workspace installs drakit editable from core/
+    where = new_plugin("acme_fpga", tmp_path / "pkg", drakit_source=core)
+    doc = tomllib.loads((where / "pyproject.toml").read_text())
+    source = doc["tool"]["uv"]["sources"]["drakit"]
+    assert source["editable"] is True
+    assert (where / source["path"]).resolve() == core  # relative to the package
+    assert not Path(source["path"]).is_absolute()
+    assert "types-PyYAML>=6" in doc["dependency-groups"]["dev"]
+
+    plain = new_plugin("acme_fpga", tmp_path / "plain")
+    text = (plain / "pyproject.toml").read_text()
+    assert "uv" not in tomllib.loads(text).get("tool", {})
+    assert '# drakit = { path = "../drakit/core", editable = true }' in text
+
+    with pytest.raises(ScaffoldError, match=r"no pyproject\.toml there"):
+        new_plugin("acme_fpga", tmp_path / "bad", drakit_source=tmp_path)

@@ -648,3 +648,15 @@ def test_bad_specs_are_rejected() -> None:
             cores_per_socket=6, numa_nodes_per_socket=4, cores_per_l3=6, l1d=cache, l1i=cache,
             l2=cache, l3=cache,
         )  # fmt: skip
+
+
+def test_sim_list_names_device_kinds_by_pci_class() -> None:
+    """An accelerator that is no display controller is not called a GPU (issue 31)."""
+    mi300x = profile_info("mi300x-8gpu-8ainic")
+    assert mi300x.kinds == {"NIC": 8, "processing accelerator": 8}
+    assert "8 processing accelerators" in str(mi300x)
+    assert "GPU" not in str(mi300x).split("[", 1)[1]
+    h200 = profile_info("h200-8gpu-8ainic")
+    assert h200.kinds == {"NIC": 8, "GPU": 8}
+    assert "8 GPUs, 0 VFs]" in str(h200)
+    assert profile_info("minimal-1s").kinds == {}

@@ -5,9 +5,11 @@ Production modules (the runtime, the CLI, the backends) must not import :mod:`dr
 asks for simulated hardware, they load the simulator through the ``drakit.simulator`` entry
 point (:func:`simulator`), which ``drakit`` registers for :mod:`drakit.sim`. The simulator in
 turn finds vendors' profiles (``drakit.profiles``) and vendor-library stand-ins
-(``drakit.sim_libraries``, e.g. the NVIDIA backend's fake NVML) with :func:`entries` and
-:func:`load`. These read entry-point metadata with :mod:`importlib.metadata` only; building
-plugin managers (stevedore, pluggy) stays the plugin host's job.
+(``drakit.sim_libraries``, e.g. the NVIDIA backend's fake NVML) and what a simulated root does
+on its own while it is used (``drakit.sim_behaviours``, e.g. the AINIC backend's SR-IOV kernel)
+with :func:`entries` and :func:`load`. These read entry-point metadata with
+:mod:`importlib.metadata` only; building plugin managers (stevedore, pluggy) stays the plugin
+host's job.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from drakit.errors import DrakitError
 __all__ = [
     "PROFILE_GROUP",
     "SIMULATOR_GROUP",
+    "SIM_BEHAVIOUR_GROUP",
     "SIM_LIBRARY_GROUP",
     "SIM_MARKER",
     "EntryInfo",
@@ -43,6 +46,10 @@ PROFILE_GROUP = "drakit.profiles"
 """Simulated-hardware profiles: ``name = "pkg.module:factory"``, ``factory() -> MachineSpec``."""
 SIM_LIBRARY_GROUP = "drakit.sim_libraries"
 """Vendor-library stand-ins: ``name = "pkg.module:factory"``, ``factory(root) -> dict``."""
+SIM_BEHAVIOUR_GROUP = "drakit.sim_behaviours"
+"""What a simulated root does while it is used (the kernel's reaction to ``sriov_numvfs``
+writes): ``name = "pkg.module:factory"``, ``factory(root)`` -> a context manager that runs it,
+or ``None`` when the root holds nothing of its vendor."""
 
 SIM_MARKER = Path("drakit-sim") / "machine.json"
 """Relative to a root: present when the simulator built the tree (which profile it is)."""
@@ -65,6 +72,10 @@ class Simulator(Protocol):
 
     def libraries(self, root: Path) -> Mapping[str, object]:
         """The vendor-library stand-ins for a simulated root, by module name (``pynvml``)."""
+        ...
+
+    def behaviours(self, root: Path) -> AbstractContextManager[object]:
+        """Run what the simulated root does on its own (every ``drakit.sim_behaviours``)."""
         ...
 
 

@@ -30,6 +30,9 @@ class Strategy:
     """Base class of allocation strategies; see the module docstring."""
 
     name: ClassVar[str] = ""
+    backends: ClassVar[tuple[str, ...]] = ()
+    """The backends whose devices the claims it shapes can fit (empty: any). ``drakit config
+    validate`` refuses the strategy as another backend's ``strategy``."""
 
     def order(self, devices: Sequence[Device]) -> Sequence[Device] | None:
         """Publishing: return ``devices`` reordered, or ``None`` to leave them as they are."""

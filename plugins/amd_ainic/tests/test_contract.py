@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
-from drakit.sim import get_profile
-from drakit.testing import BackendContract, SimNode
-from drakit_amd_ainic.sim import SriovKernel
+from drakit.testing import BackendContract
 
 PROFILE = "h200-8gpu-8ainic"
 NIC_CONFIG = "ainic.drakit.io/v1alpha1"
@@ -23,13 +20,12 @@ class TestAmdAinicContract(BackendContract):
 
 
 class TestAmdAinicSharedContract(BackendContract):
-    """Shared NICs: allocated with a shareID and consumed capacity, prepared on demand as VFs."""
+    """Shared NICs: allocated with a shareID and consumed capacity, prepared on demand as VFs.
+
+    The kit runs the simulated SR-IOV kernel that makes the VFs (the ``drakit.sim_behaviours``
+    entry point), as ``drakit node --profile`` and ``drakit demo`` do: nothing to start here.
+    """
 
     plugin = "amd_ainic"
     profile = PROFILE
     config: ClassVar[dict[str, Any]] = {"default_mode": "shared", "vf_limit": 2}
-
-    @classmethod
-    def simulation(cls, node: SimNode) -> AbstractContextManager[object]:
-        # the simulated kernel creates the VFs a shared prepare asks for
-        return SriovKernel(get_profile(PROFILE), node.root)

@@ -21,6 +21,7 @@ fields that only matter to newer consumers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Literal, Self
 
@@ -46,6 +47,9 @@ __all__ = [
     "DeviceRequest",
     "DeviceRequestAllocationResult",
     "DeviceTaint",
+    "DeviceTaintRule",
+    "DeviceTaintRuleSpec",
+    "DeviceTaintSelector",
     "DeviceToleration",
     "ExactDeviceRequest",
     "Node",
@@ -53,6 +57,7 @@ __all__ = [
     "ObjectMeta",
     "ResourceClaim",
     "ResourceSlice",
+    "apply_taint_rules",
 ]
 
 
@@ -209,10 +214,16 @@ class DeviceTaint(_Lenient):
     key: str
     value: str = ""
     effect: str
+    rule: str | None = Field(
+        default=None,
+        exclude=True,
+        description="The DeviceTaintRule that put it on the device (None: the driver did)",
+    )
 
     def show(self) -> str:
-        """``key=value:effect`` as kubectl prints taints."""
-        return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
+        """``key=value:effect`` as kubectl prints taints (and the rule that put it there)."""
+        text = f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
+        return f"{text} (DeviceTaintRule {self.rule})" if self.rule else text
 
 
 class Device(_Lenient):
@@ -263,6 +274,66 @@ class ResourceSlice(_Lenient):
 
     metadata: ObjectMeta = ObjectMeta()
     spec: ResourceSliceSpec
+
+
+# --- DeviceTaintRule ---------------------------------------------------------------------------
+
+
+class DeviceTaintSelector(_Lenient):
+    """``DeviceTaintRule.spec.deviceSelector``: every field that is set must match."""
+
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+    def matches(self, driver: str, pool: str, device: str) -> bool:
+        """Whether the device ``driver``/``pool``/``device`` is selected."""
+        return (
+            (self.driver is None or self.driver == driver)
+            and (self.pool is None or self.pool == pool)
+            and (self.device is None or self.device == device)
+        )
+
+
+class DeviceTaintRuleSpec(_Lenient):
+    """``DeviceTaintRule.spec`` (a missing selector selects nothing, an empty one everything)."""
+
+    device_selector: DeviceTaintSelector | None = Field(default=None, alias="deviceSelector")
+    taint: DeviceTaint
+
+
+class DeviceTaintRule(_Lenient):
+    """A DeviceTaintRule (``resource.k8s.io/v1`` since 1.37): a taint put on selected devices."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: DeviceTaintRuleSpec
+
+
+def apply_taint_rules(
+    slices: Sequence[ResourceSlice], rules: Sequence[DeviceTaintRule]
+) -> list[ResourceSlice]:
+    """``slices`` with each rule's taint added to the devices it selects.
+
+    The scheduler treats a rule's taint as if the driver had published it on those devices
+    (KEP-5055); each added taint names its rule (:attr:`DeviceTaint.rule`).
+    """
+    active = [r for r in rules if r.spec.device_selector is not None]
+    if not active:
+        return list(slices)
+    out = []
+    for s in slices:
+        devices = []
+        for d in s.spec.devices:
+            added = tuple(
+                r.spec.taint.model_copy(update={"rule": r.metadata.name})
+                for r in active
+                if r.spec.device_selector is not None
+                and r.spec.device_selector.matches(s.spec.driver, s.spec.pool.name, d.name)
+            )
+            devices.append(d.model_copy(update={"taints": d.taints + added}) if added else d)
+        spec = s.spec.model_copy(update={"devices": tuple(devices)})
+        out.append(s.model_copy(update={"spec": spec}))
+    return out
 
 
 # --- DeviceClass -------------------------------------------------------------------------------

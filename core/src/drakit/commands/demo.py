@@ -128,18 +128,22 @@ def _show(
     inv, host = node.inventory, node.host
     if inv is None or host is None:
         raise PermanentError("the demo node did not start")
-    table = Table(title="discovered devices (driver / count / example attributes)")
-    for col in ("driver", "devices", "example"):
+    table = Table(title="discovered devices (driver / backend / count / example attributes)")
+    for col in ("driver", "backend", "devices", "example"):
         table.add_column(col, overflow="fold")
     by_driver: dict[str, list[Device]] = {}
+    by_backend: dict[tuple[str, str], list[Device]] = {}
     for spec in inv.pools:
         by_driver.setdefault(spec.driver, []).extend(spec.devices)
-    for driver, devs in sorted(by_driver.items()):
+        for dev in spec.devices:
+            owner = inv.owner_of(DeviceKey(driver=spec.driver, pool=spec.pool, device=dev.name))
+            by_backend.setdefault((spec.driver, owner or "?"), []).append(dev)
+    for (driver, backend), devs in sorted(by_backend.items()):
         ex = devs[0]
         attrs = ", ".join(
             f"{k.rsplit('/', 1)[-1]}={v.value}" for k, v in sorted(ex.attributes.items())[:6]
         )
-        table.add_row(driver, str(len(devs)), f"{ex.name}: {attrs}")
+        table.add_row(driver, backend, str(len(devs)), f"{ex.name}: {attrs}")
     console.print(table)
 
     slices = inv.slices()
@@ -165,6 +169,10 @@ def _show(
     results = claim["status"]["allocation"]["devices"]["results"]
     return {
         "devices": {d: len(v) for d, v in by_driver.items()},
+        "backends": {
+            b: sum(len(v) for (_, o), v in by_backend.items() if o == b)
+            for b in sorted({o for _, o in by_backend})
+        },
         "slices": len(slices),
         "claim": claim,
         "allocated": [r["device"] for r in results],

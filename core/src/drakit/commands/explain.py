@@ -8,6 +8,7 @@ YAML/JSON files; ``drakit explain claim NS/NAME`` reads them from the cluster
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +23,8 @@ __all__ = ["explain_command"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _emit(inputs: Inputs, output: str) -> None:
+def _emit(inputs: Inputs, output: str, exit_zero: bool) -> None:
+    """Print the explanation; exit 1 when the claim fits on no node (unless ``exit_zero``)."""
     ex: Explanation = explain(
         inputs.claim, inputs.slices, inputs.classes, inputs.allocated, inputs.nodes
     )
@@ -30,6 +32,15 @@ def _emit(inputs: Inputs, output: str) -> None:
         click.echo(json.dumps(ex.model_dump(), indent=2))
     else:
         click.echo(render(ex))
+    if not exit_zero and ex.allocated is None and not any(n.fits for n in ex.nodes):
+        sys.exit(1)  # SystemExit: click's non-standalone main would swallow its own Exit
+
+
+_EXIT_ZERO = click.option(
+    "--exit-zero",
+    is_flag=True,
+    help="Exit 0 even when the claim fits on no node (default: exit 1 then).",
+)
 
 
 _OUTPUT = click.option(
@@ -60,8 +71,14 @@ def _objects(flag: str, dest: str, help_text: str) -> Callable[[_F], _F]:
 )
 @_objects("--classes", "class_paths", "DeviceClass files or directories.")
 @_objects("--allocated", "allocated_paths", "Claims already allocated (with status.allocation).")
+@_objects(
+    "--taint-rules",
+    "rule_paths",
+    "DeviceTaintRule files or directories (those among the --slices files count too).",
+)
 @_NODE
 @_OUTPUT
+@_EXIT_ZERO
 @click.pass_context
 def explain_command(
     ctx: click.Context,
@@ -69,19 +86,25 @@ def explain_command(
     claim_path: Path | None,
     class_paths: tuple[Path, ...],
     allocated_paths: tuple[Path, ...],
+    rule_paths: tuple[Path, ...],
     node_names: tuple[str, ...],
     output: str,
+    exit_zero: bool,
 ) -> None:
     """Per node, the allocation kube-scheduler would make for a claim, or why there is none.
 
-    Offline: --slices and --claim (plus --classes, --allocated). Against a cluster:
-    `drakit explain claim NAMESPACE/NAME`.
+    Offline: --slices and --claim (plus --classes, --allocated, --taint-rules). Against a
+    cluster: `drakit explain claim NAMESPACE/NAME`. Exits 1 when the claim fits on no node
+    (--exit-zero: 0).
     """
     if ctx.invoked_subcommand is not None:
         return
     if not slice_paths or claim_path is None:
         raise click.UsageError("give --slices and --claim, or use `drakit explain claim NS/NAME`")
-    _emit(from_files(slice_paths, claim_path, class_paths, allocated_paths, node_names), output)
+    inputs = from_files(
+        slice_paths, claim_path, class_paths, allocated_paths, node_names, rule_paths
+    )
+    _emit(inputs, output, exit_zero)
 
 
 @explain_command.command("claim")
@@ -93,11 +116,16 @@ def explain_command(
 )
 @_NODE
 @_OUTPUT
+@_EXIT_ZERO
 def explain_claim(
-    ref: str, kubeconfig: Path | None, node_names: tuple[str, ...], output: str
+    ref: str, kubeconfig: Path | None, node_names: tuple[str, ...], output: str, exit_zero: bool
 ) -> None:
-    """Explain a claim in the cluster, on every node that has ResourceSlices."""
+    """Explain a claim in the cluster, on every node that has ResourceSlices.
+
+    The cluster's DeviceTaintRules taint the devices they select. Exits 1 when the claim fits
+    on no node (--exit-zero: 0).
+    """
     namespace, sep, name = ref.partition("/")
     if not sep or not namespace or not name:
         raise click.BadParameter(f"{ref!r}: write NAMESPACE/NAME", param_hint="NAMESPACE/NAME")
-    _emit(from_cluster(namespace, name, kubeconfig, node_names), output)
+    _emit(from_cluster(namespace, name, kubeconfig, node_names), output, exit_zero)

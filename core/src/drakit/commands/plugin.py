@@ -25,12 +25,22 @@ def plugin_group() -> None:
     help="Directory to create (default: ./drakit-NAME); it must not exist or be empty.",
 )
 @click.option("--driver", help="DRA driver name (default: NAME.example.com, with '-' for '_').")
-def plugin_new(name: str, target: Path | None, driver: str | None) -> None:
+@click.option(
+    "--drakit-source",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="A drakit checkout's core/ directory for [tool.uv.sources] (default: the checkout this"
+    " drakit is installed from, editable; none when it came from a package index).",
+)
+def plugin_new(
+    name: str, target: Path | None, driver: str | None, drakit_source: Path | None
+) -> None:
     """Scaffold a backend distribution for plugin NAME (e.g. acme_fpga), ready to test."""
-    from drakit.scaffold import ScaffoldError, new_plugin  # noqa: PLC0415
+    from drakit.scaffold import ScaffoldError, local_drakit, new_plugin  # noqa: PLC0415
 
     try:
-        where = new_plugin(name, target, driver=driver)
+        where = new_plugin(
+            name, target, driver=driver, drakit_source=drakit_source or local_drakit()
+        )
     except ScaffoldError as e:
         raise UserError(str(e)) from e
     click.echo(f"created {where}; next: cd {where} and follow its README.md")

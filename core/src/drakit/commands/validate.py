@@ -11,6 +11,10 @@ subdomains, and that a plugin's prerequisites are enabled: a setting named ``*_d
 the DRA driver of another plugin, and some enabled plugin must publish it; a setting named
 ``*_plugins`` names member plugins (``composite``'s ``gpu_plugins`` and ``nic_plugins``): one
 of them must be enabled, and each enabled one must publish under the naming plugin's driver.
+Once that all holds, it builds the plugin host as ``drakit node`` does (no hardware is read)
+and renders the DeviceClasses as ``drakit deviceclasses`` does, so it refuses what they refuse;
+and it refuses a plugin's ``strategy`` whose shaped claims that plugin's devices can never
+satisfy (``Strategy.backends``).
 
 ``claim validate`` checks ResourceClaims, ResourceClaimTemplates and DeviceClasses
 (``resource.k8s.io``) as the API server would check their opaque configuration (driver name,
@@ -35,9 +39,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from drakit.clikit import USER_ERROR
 from drakit.config import DriverName, PluginSettings, validation_errors
+from drakit.deviceclasses import render_device_classes
 from drakit.errors import ConfigInvalid, DrakitError
 from drakit.host.loader import (
     PLUGIN_GROUP,
+    STRATEGY_GROUP,
     installed_plugins,
     installed_strategies,
     load_entry_points,
@@ -162,7 +168,68 @@ def validate_config(file: Path) -> tuple[list[Problem], list[str]]:
         problems += _strategy(file, "publish_strategy", settings.publish_strategy)
     drivers.update(plugin_drivers(sections_ok, defaults))
     problems += _prerequisites(file, sections, drivers)
+    problems += _never_fit(file, sections_ok)
+    if not problems and settings is not None:
+        problems += _start_up(file, settings)
     return problems, list(sections)
+
+
+def _start_up(file: Path, settings: DrakitSettings) -> list[Problem]:
+    """What start-up and ``drakit deviceclasses`` refuse once the sections are valid.
+
+    Builds the plugin host as ``drakit node`` and ``drakit deviceclasses`` do (no hardware is
+    read: the backends are constructed, not asked to discover) and renders the DeviceClasses
+    with ``device_classes`` (a class no configured backend publishes, two backends publishing
+    one class).
+    """
+    try:
+        host = PluginHost(settings, NodeInfo(name="validate", sysfs_root="/"))
+        classes = host.device_classes()
+        drivers = host.driver_names()
+    except ConfigInvalid as e:
+        return _sourced(str(file), e.errors)
+    except DrakitError as e:
+        return [Problem(str(file), "", str(e))]
+    try:
+        render_device_classes(drivers, classes, settings.device_classes)
+    except ValueError as e:
+        path, sep, message = str(e).partition(": ")
+        if sep and path.startswith("device_classes."):
+            return [Problem(_source(file, path), path, message)]
+        return [Problem(str(file), "device_classes", str(e))]
+    return []
+
+
+def _never_fit(file: Path, sections: Mapping[str, PluginSettings]) -> list[Problem]:
+    """A plugin's ``strategy`` that shapes claims its devices can never satisfy.
+
+    A strategy that names the backends it shapes for (``Strategy.backends``, e.g. the CPU
+    backend's ``numa-spread``, whose requests ask for a ``cpu`` capacity per NUMA node) is
+    refused on any other backend: every claim it shaped there would stay Pending.
+    """
+    out: list[Problem] = []
+    strategies = {e.name: e for e in installed_strategies()}
+    for name, section in sections.items():
+        chosen = section.strategy
+        if not chosen or chosen not in strategies:
+            continue
+        try:
+            [(_, cls)] = load_entry_points(STRATEGY_GROUP, [chosen])
+        except DrakitError:
+            continue
+        backends = tuple(getattr(cls, "backends", ()) or ())
+        if backends and name not in backends:
+            path = f"plugins.{name}.strategy"
+            out.append(
+                Problem(
+                    _source(file, path),
+                    path,
+                    f"strategy {chosen!r} shapes claims only {', '.join(backends)}'s devices can "
+                    f"satisfy; a claim it shapes for {name}'s devices can never fit. Pick a "
+                    "strategy for this backend (packed, distributed, numa-preferred) or remove it",
+                )
+            )
+    return out
 
 
 def _source(file: Path, path: str) -> str:

@@ -1,4 +1,4 @@
-"""What ``drakit explain`` reads: ResourceSlices, a claim, DeviceClasses, allocated claims.
+"""What ``drakit explain`` reads: slices, a claim, classes, allocated claims, taint rules.
 
 Offline they come from YAML/JSON files (:func:`from_files`); for a claim in the cluster, from the
 API server through :mod:`drakit.kube` (:func:`from_cluster`). Either way they are parsed into the
@@ -10,14 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from drakit.allocator import DeviceClass, Node, ResourceClaim, ResourceSlice
+from drakit.allocator.api import DeviceTaintRule, apply_taint_rules
 from drakit.config import validation_errors
-from drakit.errors import ConfigInvalid
+from drakit.errors import ConfigInvalid, NotFoundError
+
+if TYPE_CHECKING:
+    from drakit.kube import KubeClient
 
 __all__ = ["Inputs", "from_cluster", "from_files", "read_objects"]
 
@@ -91,17 +95,29 @@ def from_files(
     class_paths: Iterable[Path] = (),
     allocated_paths: Iterable[Path] = (),
     node_names: Iterable[str] = (),
+    rule_paths: Iterable[Path] = (),
 ) -> Inputs:
     """Read an explanation's inputs from files or directories.
+
+    DeviceTaintRules (from ``rule_paths``, or among the slices' documents) add their taints to
+    the devices they select, as the scheduler does.
 
     Raises:
         ConfigInvalid: a file cannot be read, or an object in it does not parse.
     """
     objs = read_objects(slice_paths)
-    slices = _parse(
-        ResourceSlice,
-        [o for o in objs if o.get("kind", "ResourceSlice") == "ResourceSlice"],
-        "slices",
+    rules = _parse(
+        DeviceTaintRule,
+        [o for o in objs if o.get("kind") == "DeviceTaintRule"] + read_objects(rule_paths),
+        "DeviceTaintRules",
+    )
+    slices = apply_taint_rules(
+        _parse(
+            ResourceSlice,
+            [o for o in objs if o.get("kind", "ResourceSlice") == "ResourceSlice"],
+            "slices",
+        ),
+        rules,
     )
     [claim_doc, *_] = read_objects([claim_path]) or [{}]
     claim = _claim(claim_doc, str(claim_path))
@@ -109,6 +125,16 @@ def from_files(
     allocated = _parse(ResourceClaim, read_objects(allocated_paths), "allocated")
     nodes = [Node.named(n) for n in node_names] or None
     return Inputs(claim, slices, {c.name: c for c in classes}, allocated, nodes)
+
+
+def _taint_rules(kube: KubeClient) -> list[dict[str, Any]]:
+    """The cluster's DeviceTaintRules: ``v1`` (1.37), else ``v1beta2`` (1.36), else none."""
+    for version in ("v1", "v1beta2"):
+        try:
+            return kube.list_all(f"/apis/resource.k8s.io/{version}/devicetaintrules")
+        except NotFoundError:
+            continue
+    return []
 
 
 def from_cluster(
@@ -129,6 +155,9 @@ def from_cluster(
         claim = _claim(kube.get_resource_claim(namespace, name), f"{namespace}/{name}")
         slices = _parse(
             ResourceSlice, kube.list_all(f"{RESOURCE}/resourceslices"), "ResourceSlices"
+        )
+        slices = apply_taint_rules(
+            slices, _parse(DeviceTaintRule, _taint_rules(kube), "DeviceTaintRules")
         )
         classes = _parse(DeviceClass, kube.list_all(f"{RESOURCE}/deviceclasses"), "DeviceClasses")
         claims = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from drakit.host.pluginhost import PluginHost
@@ -83,9 +83,12 @@ def open_host(settings: DrakitSettings) -> Iterator[PluginHost]:
     """Build the plugin host for ``settings`` (simulated hardware if a profile is set).
 
     A simulated root (a profile, or ``sysfs_root`` pointing at a tree the simulator built)
-    brings its vendor-library stand-ins (the fake NVML), handed to the backends.
+    brings its vendor-library stand-ins (the fake NVML), handed to the backends, and runs its
+    behaviours (the AINIC SR-IOV kernel) while the host is open.
     """
     settings = effective_settings(settings)
-    with sysfs_for(settings) as root:
+    with sysfs_for(settings) as root, ExitStack() as stack:
+        if is_simulated(Path(root)):  # e.g. the SR-IOV kernel that creates VFs on demand
+            stack.enter_context(simulator().behaviours(Path(root)))
         node = NodeInfo(name=default_node_name(settings), sysfs_root=str(root))
         yield PluginHost(settings, node, libraries=_libraries(Path(root)))

@@ -365,6 +365,14 @@ class Node:
             inv = self.inventory
         return self._with_health_taints(inv)
 
+    def publishable(self) -> Sequence[PoolSpec]:
+        """The pools as the publisher would publish them now (the test kit's view).
+
+        Discovered afresh, with the unhealthy devices tainted when ``health.taint_unhealthy``
+        is set.
+        """
+        return self._with_health_taints(self.refresh())
+
     def _with_health_taints(self, inv: InventorySnapshot) -> Sequence[PoolSpec]:
         """``inv``'s pools, with the unhealthy devices tainted when configured."""
         return with_health_taints(inv, self._unhealthy, taint=self.settings.health.taint_unhealthy)

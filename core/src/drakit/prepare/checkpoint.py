@@ -102,10 +102,19 @@ class ClaimRecord(BaseModel):
             "``prepared`` is empty (the plugins' state for it is unknown)"
         ),
     )
+    admin_requests: list[str] = Field(
+        default_factory=list,
+        description=(
+            "The requests (as in ``results``) allocated with ``adminAccess``: their devices are "
+            "not held (another claim may hold them, and they hold nothing for other claims)"
+        ),
+    )
 
 
 def _canonical(rec: ClaimRecord) -> str:
-    """The canonical JSON of one record (``recovered`` only when set, as older files lack it).
+    """The canonical JSON of one record (``recovered``, ``admin_requests`` only when set).
+
+    Older files lack those two fields, so leaving them out when unset keeps their checksums.
 
     Sorted keys, no spaces, ASCII only, written by orjson (about ten times faster than the
     standard encoder); a record with non-ASCII text or an integer beyond 64 bits is written by
@@ -125,6 +134,8 @@ def _record_body(rec: ClaimRecord) -> dict[str, Any]:
     body = rec.model_dump(mode="json")
     if not rec.recovered:
         del body["recovered"]
+    if not rec.admin_requests:  # older files lack it: their checksums stay valid
+        del body["admin_requests"]
     return body
 
 

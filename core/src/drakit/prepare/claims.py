@@ -23,6 +23,7 @@ from drakit.host.pluginhost import PluginHost
 from drakit.models import AllocatedDevice, ClaimRef, DeviceKey
 from drakit.prepare.device_status import entry_key
 from drakit.prepare.faults import crash_point
+from drakit.prepare.metadata import POD_CLAIM_NAME_ANNOTATION
 from drakit.prepare.safefs import check_component
 
 __all__ = [
@@ -118,6 +119,9 @@ class Planned:
     owners: dict[str, list[AllocatedDevice]]
     status: frozenset[str] = frozenset()
     """This driver's ``status.devices`` entries as the claim GET saw them (canonical JSON)."""
+    pod_claim_name: str | None = None
+    """The pod's name for a claim made from its template (annotation
+    ``resource.kubernetes.io/pod-claim-name``): where its device metadata files appear."""
 
 
 class ClaimReader:
@@ -220,7 +224,30 @@ class ClaimReader:
             for e in (seen if isinstance(seen, list) else [])
             if isinstance(e, dict) and e.get("driver") == self.driver
         )
-        return Planned(ref=ref, devices=devices, owners=owners, status=status)
+        return Planned(
+            ref=ref,
+            devices=devices,
+            owners=owners,
+            status=status,
+            pod_claim_name=self.pod_claim_name(where, obj),
+        )
+
+    @staticmethod
+    def pod_claim_name(where: str, obj: dict[str, Any]) -> str | None:
+        """The claim's ``resource.kubernetes.io/pod-claim-name`` annotation, checked."""
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if not isinstance(annotations, dict):
+            raise ClaimError(f"{where}: metadata.annotations must be an object")
+        value = annotations.get(POD_CLAIM_NAME_ANNOTATION)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
+            raise ClaimError(
+                f"{where}: metadata.annotations[{POD_CLAIM_NAME_ANNOTATION!r}] "
+                f"{show(str(value))!r} is not a pod's claim name (a lower-case DNS label); it "
+                "names the directory of the claim's device metadata files in its containers"
+            )
+        return value
 
     def configs(
         self, where: str, entries: list[dict[str, Any]]

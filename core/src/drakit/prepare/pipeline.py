@@ -58,6 +58,7 @@ from drakit.host.inventory import Inventory, InventorySnapshot
 from drakit.host.pluginhost import PluginHost
 from drakit.models import (
     AllocatedDevice,
+    CdiEdits,
     ClaimInfo,
     ClaimPrepareResult,
     ClaimRef,
@@ -87,7 +88,9 @@ from drakit.prepare.device_status import (
     status_entries,
 )
 from drakit.prepare.faults import crash_point
-from drakit.prepare.recovery import recover_claims
+from drakit.prepare.metadata import SUBDIR as METADATA_SUBDIR
+from drakit.prepare.metadata import MetadataDevice, MetadataWriter, container_path, with_mount
+from drakit.prepare.recovery import ADMIN_ACCESS_ENV, recover_claims
 from drakit.prepare.safefs import ensure_dir, open_private
 
 __all__ = [
@@ -191,6 +194,8 @@ class DriverState:
             # the mount is of the configured root; a simulated root is seen where it is
             check_root=device_root_mount if root == Path(device_root or "/") else None,
         )
+        self.metadata = MetadataWriter((self.dir / METADATA_SUBDIR).absolute(), driver)
+        self._swept = False
         self.store = CheckpointStore(
             self.dir / "checkpoint.json", driver, boot_id, on_repair, recover=self._recover
         )
@@ -314,10 +319,12 @@ class DriverState:
 
     @staticmethod
     def _held(cp: Checkpoint, plugin: str, except_uid: str) -> list[PreparedDevice]:
+        """What ``plugin`` prepared for other claims; adminAccess devices hold nothing."""
         out: list[PreparedDevice] = []
         for uid, rec in cp.claims.items():
             if uid != except_uid:
-                out.extend(rec.prepared.get(plugin, []))
+                admin = set(rec.admin_requests)
+                out.extend(p for p in rec.prepared.get(plugin, []) if p.request not in admin)
         return out
 
     def _prepare_locked(
@@ -331,6 +338,7 @@ class DriverState:
                 out[ref.uid] = ClaimPrepareResult(error=str(p))
         try:
             cp = self.store.load()
+            self._sweep_metadata(cp)
             todo = self._admit(cp, plans, out, snap)
             if not todo:
                 return out
@@ -338,7 +346,7 @@ class DriverState:
             return out | self._failed(plans, e, out)
         completed: list[Planned] = []
         for plan in todo:
-            err = self._prepare_devices(cp, plan)
+            err = self._prepare_devices(cp, plan, snap)
             if err:
                 out[plan.ref.uid] = ClaimPrepareResult(error=err)
             else:
@@ -405,12 +413,15 @@ class DriverState:
                 out[ref.uid] = ClaimPrepareResult(error=f"{describe(ref)}: {clash}")
                 continue
             for d in plan.devices:  # later claims of this call see these as held
-                holders.setdefault((d.pool, d.device), []).append((ref.uid, describe(ref), False))
+                if not d.admin_access:
+                    key = (d.pool, d.device)
+                    holders.setdefault(key, []).append((ref.uid, describe(ref), False))
             cp.claims[ref.uid] = ClaimRecord(
                 namespace=ref.namespace,
                 name=ref.name,
                 uid=ref.uid,
                 phase=ClaimPhase.PREPARE_STARTED,
+                admin_requests=sorted({d.request for d in plan.devices if d.admin_access}),
                 # every owning plugin is on the record before it is called: a composite's
                 # members write it (each member durably, with what it returned), and what an
                 # earlier record held (a reboot's demoted claim) stays on it
@@ -419,7 +430,7 @@ class DriverState:
             todo.append(plan)
         return todo
 
-    def _prepare_devices(self, cp: Checkpoint, plan: Planned) -> str:
+    def _prepare_devices(self, cp: Checkpoint, plan: Planned, snap: InventorySnapshot) -> str:
         """Steps 5-6 for one claim; updates its record in ``cp``; returns its error or ""."""
         ref = plan.ref
         where = describe(ref)
@@ -438,11 +449,8 @@ class DriverState:
                 rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: got}})
                 cp.claims[ref.uid] = rec
             crash_point("prepare-after-plugin")
-            edits = [
-                (self._cdi_device(d), p.edits)
-                for plugin, devs in plan.owners.items()
-                for d, p in zip(devs, self._ordered(prepared[plugin], devs), strict=True)
-            ]
+            edits = self._with_metadata(plan, snap, prepared)
+            crash_point("prepare-after-metadata")
             spec = self.cdi.build(ref.uid, edits)
             name = self.cdi.write(ref.uid, spec)
             crash_point("prepare-after-cdi")
@@ -463,17 +471,88 @@ class DriverState:
         )
         return ""
 
+    def _with_metadata(
+        self,
+        plan: Planned,
+        snap: InventorySnapshot,
+        prepared: Mapping[str, Sequence[PreparedDevice]],
+    ) -> list[tuple[str, CdiEdits]]:
+        """Write the claim's device metadata files; each device's CDI edits with its mount.
+
+        The attributes are the device's as this node publishes them (the call's snapshot),
+        the network data what its plugin returned.
+        """
+        ref = plan.ref
+        got = {(p.request, p.pool, p.device): p for devs in prepared.values() for p in devs}
+        by_request: dict[str, list[MetadataDevice]] = {}
+        for d in plan.devices:
+            p = got[(d.request, d.pool, d.device)]
+            dev = snap.device(d.key)
+            attributes = (
+                {k: dev.attributes[k].to_api() for k in sorted(dev.attributes)} if dev else {}
+            )
+            by_request.setdefault(d.request, []).append(
+                MetadataDevice(
+                    driver=self.driver,
+                    pool=d.pool,
+                    name=d.device,
+                    attributes=attributes,
+                    network_data=p.network_data.to_api() if p.network_data else None,
+                )
+            )
+        paths = self.metadata.write(
+            namespace=ref.namespace,
+            name=ref.name,
+            uid=ref.uid,
+            pod_claim_name=plan.pod_claim_name,
+            requests=by_request,
+        )
+        out: list[tuple[str, CdiEdits]] = []
+        for plugin, devs in plan.owners.items():
+            for d, p in zip(devs, self._ordered(list(prepared[plugin]), devs), strict=True):
+                inside = container_path(self.driver, ref.name, plan.pod_claim_name, d.request)
+                edits = with_mount(p.edits, str(paths[d.request]), inside)
+                if d.admin_access:  # the container learns it; a rebuilt record knows it
+                    cdi = edits.to_cdi()
+                    cdi["env"] = [*cdi.get("env", []), ADMIN_ACCESS_ENV]
+                    edits = CdiEdits.model_validate(cdi)
+                out.append((self._cdi_device(d), edits))
+        return out
+
+    def _sweep_metadata(self, cp: Checkpoint) -> None:
+        """Once per process, under the lock: drop device metadata no claim owns (a crash's)."""
+        if self._swept:
+            return
+        gone = self.metadata.sweep(set(cp.claims) | self.cdi.claim_uids())
+        if gone:
+            log.info("removed the device metadata of %d claims nothing holds: %s", len(gone), gone)
+        self._swept = True
+
     def _save(self, cp: Checkpoint) -> None:
         self.store.save(cp)
 
     @staticmethod
     def _holders(cp: Checkpoint) -> dict[tuple[str, str], list[tuple[str, str, bool]]]:
-        """(pool, device) -> [(uid, "claim ns/name", recovered)] for every record's devices."""
+        """(pool, device) -> [(uid, "claim ns/name", recovered)] for every record's devices.
+
+        A device allocated with adminAccess is not held: the scheduler gives it to an
+        adminAccess claim whoever holds it, and other claims may have it while it is prepared so.
+        """
         out: dict[tuple[str, str], list[tuple[str, str, bool]]] = {}
         for uid, rec in cp.claims.items():
             who = f"{rec.namespace}/{rec.name}" if not rec.recovered else f"with UID {uid}"
-            keys = {(r.pool, r.device) for r in rec.results}
-            keys |= {(p.pool, p.device) for devs in rec.prepared.values() for p in devs}
+            admin = set(rec.admin_requests)
+            keys = {
+                (r.pool, r.device)
+                for r in rec.results
+                if not (r.requests and admin.issuperset(r.requests))
+            }
+            keys |= {
+                (p.pool, p.device)
+                for devs in rec.prepared.values()
+                for p in devs
+                if p.request not in admin
+            }
             if rec.recovered and not rec.results:
                 keys.add(("", ""))  # holds something unknown
             for key in keys:
@@ -497,6 +576,8 @@ class DriverState:
                 "those claims (retryable)"
             )
         for d in plan.devices:
+            if d.admin_access:  # monitoring a device others hold is what adminAccess is for
+                continue
             others = [h for h in holders.get((d.pool, d.device), []) if h[0] != me]
             if not others:
                 continue
@@ -589,6 +670,7 @@ class DriverState:
         with self._serialized():
             try:
                 cp = self.store.load()
+                self._sweep_metadata(cp)
             except DrakitError as e:
                 errors = {r.uid: f"{describe(r)}: {e}" for r in valid}
             else:
@@ -652,6 +734,7 @@ class DriverState:
         try:
             self.cdi.remove(ref.uid)
             crash_point("unprepare-after-cdi")
+            self.metadata.remove(ref.uid)  # after the spec: no container can mount them now
             for plugin, prepared in owners.items():
                 if plugin in self.host.backends:
                     self.host.unprepare(plugin, ref.uid, prepared)

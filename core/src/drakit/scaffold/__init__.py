@@ -10,7 +10,10 @@ tests as generated; ``tests/integration/test_scaffold.py`` proves it in a fresh 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import keyword
+import os
 import re
 import string
 from dataclasses import dataclass
@@ -22,7 +25,7 @@ from drakit.config import DriverName
 from drakit.errors import DrakitError
 from drakit.hookspecs import API_VERSION
 
-__all__ = ["Scaffold", "ScaffoldError", "new_plugin", "render", "scaffold_for"]
+__all__ = ["Scaffold", "ScaffoldError", "local_drakit", "new_plugin", "render", "scaffold_for"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*([_-][a-z0-9]+)*$")
 _MAX_NAME = 20  # keeps every generated line within 100 characters (ruff's E501 as configured)
@@ -55,6 +58,23 @@ class Scaffold:
     cls: str
     driver: str
     profile: str
+    drakit_source: str | None = None
+    """Where ``uv`` finds drakit (a checkout's ``core/`` directory), when not on an index."""
+
+    def uv_sources(self) -> str:
+        """The ``[tool.uv.sources]`` block: drakit from :attr:`drakit_source`, or how to add it."""
+        if self.drakit_source is not None:
+            return (
+                "# drakit from a checkout (drakit plugin new --drakit-source): uv builds it from"
+                " there.\n"
+                "[tool.uv.sources]\n"
+                f"drakit = {{ path = {json.dumps(self.drakit_source)}, editable = true }}\n"
+            )
+        return (
+            "# drakit is not on your package index? Point uv at a checkout's core/ directory:\n"
+            "# [tool.uv.sources]\n"
+            '# drakit = { path = "../drakit/core", editable = true }\n'
+        )
 
     def substitutions(self) -> dict[str, str]:
         """Every ``${...}`` placeholder of the templates."""
@@ -72,6 +92,7 @@ class Scaffold:
             "env_prefix": self.plugin.upper(),
             "drakit_version": _drakit_version(),
             "api_spec": f">={API_VERSION},<{int(API_VERSION.split('.')[0]) + 1}",
+            "uv_sources": self.uv_sources(),
         }
 
 
@@ -82,6 +103,27 @@ def _drakit_version() -> str:
         from drakit import __version__  # noqa: PLC0415 - only needed in that case
 
         return __version__
+
+
+def local_drakit() -> Path | None:
+    """The directory drakit is installed from when it is an editable checkout (else ``None``).
+
+    Read from the installed distribution's ``direct_url.json`` (PEP 610), as ``uv pip install -e
+    ../drakit/core`` or drakit's own workspace writes it.
+    """
+    try:
+        text = metadata.distribution("drakit").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        doc = json.loads(text or "")
+    except ValueError:
+        return None
+    url = str(doc.get("url", "")) if isinstance(doc, dict) else ""
+    if not url.startswith("file://") or not (doc.get("dir_info") or {}).get("editable"):
+        return None
+    path = Path(url.removeprefix("file://"))
+    return path if (path / "pyproject.toml").is_file() else None
 
 
 def scaffold_for(name: str, driver: str | None = None) -> Scaffold:
@@ -156,7 +198,13 @@ def render(names: Scaffold) -> dict[Path, str]:
     return out
 
 
-def new_plugin(name: str, target: Path | None = None, *, driver: str | None = None) -> Path:
+def new_plugin(
+    name: str,
+    target: Path | None = None,
+    *,
+    driver: str | None = None,
+    drakit_source: Path | None = None,
+) -> Path:
     """Write a new backend distribution for plugin ``name``; return its directory.
 
     Args:
@@ -164,12 +212,24 @@ def new_plugin(name: str, target: Path | None = None, *, driver: str | None = No
         target: the directory to create (default ``./drakit-<name>``); it must not exist or be
             empty.
         driver: the DRA driver name (default ``<name>.example.com``).
+        drakit_source: a drakit checkout's ``core/`` directory: the package's
+            ``[tool.uv.sources]`` builds drakit from it (written relative to the package), so
+            ``uv run`` works without drakit on a package index. ``None``: a commented example.
 
     Raises:
-        ScaffoldError: a bad name or driver, or a non-empty target directory.
+        ScaffoldError: a bad name or driver, a non-empty target directory, or a
+            ``drakit_source`` without drakit's ``pyproject.toml``.
     """
     names = scaffold_for(name, driver)
     target = Path(target) if target is not None else Path.cwd() / names.dist
+    if drakit_source is not None:
+        if not (Path(drakit_source) / "pyproject.toml").is_file():
+            raise ScaffoldError(
+                f"--drakit-source {drakit_source}: no pyproject.toml there; give the core/ "
+                "directory of a drakit checkout"
+            )
+        source = os.path.relpath(Path(drakit_source).resolve(), target.resolve())
+        names = dataclasses.replace(names, drakit_source=Path(source).as_posix())
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ScaffoldError(
             f"{target} already exists and is not an empty directory; pass --dir with a new"

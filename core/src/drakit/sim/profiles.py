@@ -23,7 +23,7 @@ import functools
 import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from drakit.sim.builder import SysfsBuilder
@@ -245,6 +245,10 @@ class ProfileInfo:
         vfs: SR-IOV virtual functions that exist (``sriov_numvfs`` summed).
         pcie_roots: host bridges.
         distribution: where the profile comes from (:func:`profile_source`).
+        kinds: the endpoint PCI functions (bridges left out) by the kind their PCI base class
+            names, in class order: ``GPU`` (0x03, display/3D controller), ``processing
+            accelerator`` (0x12), ``NIC`` (0x02), ... (:data:`PCI_CLASS_KINDS`; an unnamed
+            class shows as ``class 0xNN device``).
     """
 
     name: str
@@ -259,16 +263,44 @@ class ProfileInfo:
     vfs: int
     pcie_roots: int
     distribution: str = BUILTIN_DISTRIBUTION
+    kinds: dict[str, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        """One line: the description and the counts (without the name)."""
+        """One line: the description and the counts (without the name), devices by kind."""
         counts = (
             f"{self.sockets} sockets, {self.cores} cores, {self.cpus} CPUs, "
             f"{self.numa_nodes} NUMA, {self.l3_groups} L3"
         )
+        for kind, n in self.kinds.items():
+            counts += f", {n} {kind}{'' if n == 1 else 's'}"
         if self.pcie_roots:
-            counts += f", {self.gpus} GPUs, {self.nics} NICs, {self.vfs} VFs"
+            counts += f", {self.vfs} VFs"
         return f"{self.description} [{counts}]"
+
+
+PCI_CLASS_KINDS: dict[int, str] = {
+    0x01: "storage controller",
+    0x02: "NIC",
+    0x03: "GPU",
+    0x04: "multimedia device",
+    0x0B: "processor",
+    0x0C: "serial bus controller",
+    0x12: "processing accelerator",
+}
+"""What ``drakit sim list`` calls a PCI function of each base class (bridges, 0x06, left out)."""
+_BRIDGE_BASE_CLASS = 0x06
+
+
+def _kinds(devices: Sequence[PciDeviceSpec]) -> dict[str, int]:
+    counts: dict[int, int] = {}
+    for d in devices:
+        base = d.class_code >> 16
+        if base != _BRIDGE_BASE_CLASS:
+            counts[base] = counts.get(base, 0) + 1
+    return {
+        PCI_CLASS_KINDS.get(base, f"class 0x{base:02x} device"): n
+        for base, n in sorted(counts.items())
+    }
 
 
 def _walk(devices: Sequence[PciDeviceSpec]) -> Iterator[PciDeviceSpec]:
@@ -298,6 +330,7 @@ def profile_info(name: str) -> ProfileInfo:
         vfs=sum(d.sriov.num_vfs for d in devices if d.sriov is not None),
         pcie_roots=len(spec.pci_roots),
         distribution=profile_source(name),
+        kinds=_kinds(devices),
     )
 
 

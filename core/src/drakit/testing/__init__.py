@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from drakit.testing.allocation import Allocation, allocate
     from drakit.testing.contract import BackendContract
     from drakit.testing.nodes import (
         CLAIM_NAMESPACE,
@@ -29,16 +30,21 @@ if TYPE_CHECKING:
         open_host,
         run_node,
     )
+    from drakit.testing.published import Published, PublishedDevice
 
 __all__ = [
     "CLAIM_NAMESPACE",
+    "Allocation",
     "BackendContract",
     "ClaimStore",
     "KubeletSide",
     "PrepareOutcome",
+    "Published",
+    "PublishedDevice",
     "RunningNode",
     "SimHost",
     "SimNode",
+    "allocate",
     "allocated_claim",
     "build_sim_node",
     "open_host",
@@ -46,7 +52,11 @@ __all__ = [
 ]
 
 _HOME = {name: "drakit.testing.nodes" for name in __all__} | {
-    "BackendContract": "drakit.testing.contract"
+    "BackendContract": "drakit.testing.contract",
+    "Allocation": "drakit.testing.allocation",
+    "allocate": "drakit.testing.allocation",
+    "Published": "drakit.testing.published",
+    "PublishedDevice": "drakit.testing.published",
 }
 
 

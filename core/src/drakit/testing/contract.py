@@ -38,6 +38,7 @@ from drakit.host.startup import fast_tmp
 from drakit.models import CdiEdits, DeviceKey
 from drakit.publish.render import check_pool, render_checked
 from drakit.sim import MachineSpec
+from drakit.testing.allocation import allocate
 from drakit.testing.nodes import (
     RunningNode,
     SimHost,
@@ -83,6 +84,106 @@ def _device_results(
                     result["consumedCapacity"] = consumed
             out[key] = result
     return out
+
+
+def _attributes(slices: Sequence[Mapping[str, Any]], key: DeviceKey) -> dict[str, Any]:
+    """The device's attributes as its slice publishes them."""
+    for s in slices:
+        spec = s["spec"]
+        if spec["driver"] == key.driver and spec["pool"]["name"] == key.pool:
+            for dev in spec.get("devices") or []:
+                if dev["name"] == key.device:
+                    attributes: dict[str, Any] = dev.get("attributes") or {}
+                    return attributes
+    raise AssertionError(f"{key} is not in the node's slices")
+
+
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+_MAX_PARTS_CHECKED = 8
+
+
+def _same_function_groups(
+    slices: Sequence[Mapping[str, Any]], driver: str
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """``(pool, pciBusID)`` -> the driver's devices of one PCI function (a GPU, its slices)."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for s in slices:
+        spec = s["spec"]
+        if spec["driver"] != driver:
+            continue
+        for dev in spec.get("devices") or []:
+            bdf = ((dev.get("attributes") or {}).get(PCI_BUS_ID) or {}).get("string")
+            if bdf:
+                out.setdefault((spec["pool"]["name"], bdf), []).append(dev)
+    return {k: v for k, v in out.items() if len(v) > 1}
+
+
+def _draw(device: Mapping[str, Any], counter_set: str) -> int:
+    """How many of ``counter_set``'s counters ``device`` draws from (0: none)."""
+    return sum(
+        len(c.get("counters") or {})
+        for c in device.get("consumesCounters") or []
+        if c["counterSet"] == counter_set
+    )
+
+
+def _only(
+    slices: Sequence[Mapping[str, Any]], driver: str, pool: str, names: set[str]
+) -> list[dict[str, Any]]:
+    """``slices`` with the driver's pool reduced to the devices ``names`` (counters kept)."""
+    out = []
+    for s in slices:
+        spec = s["spec"]
+        if spec["driver"] == driver and spec["pool"]["name"] == pool:
+            devices = [d for d in spec.get("devices") or [] if d["name"] in names]
+            out.append({**s, "spec": {**spec, "devices": devices}})
+        else:
+            out.append(dict(s))
+    return out
+
+
+def _check_partitions(slices: Sequence[Mapping[str, Any]], driver: str, node: str) -> None:
+    """Partitions of one PCI function never go with the device they are part of.
+
+    Devices of one PCI function (same ``pciBusID`` in a pool: a GPU and its MIG slices) must
+    share a counter set, and the one that draws on most of it never goes with any other: with
+    it held, the scheduler (:func:`drakit.testing.allocate`, over the pool reduced to the two
+    devices) must not allocate a partition; with a partition held, not the whole device. A
+    backend that publishes a partition without counters, or a whole device that draws on none
+    of its partitions' counters, fails here.
+    """
+    for (pool, bdf), group in sorted(_same_function_groups(slices, driver).items()):
+        sets = set.intersection(
+            *({c["counterSet"] for c in d.get("consumesCounters") or []} for d in group)
+        )
+        names = [d["name"] for d in group]
+        assert sets, (
+            f"devices {names[:4]} are one PCI function ({PCI_BUS_ID} {bdf}) but draw on no "
+            "common counter set: nothing keeps them from being allocated together"
+        )
+        counter_set = sorted(sets)[0]
+        whole = max(group, key=lambda d: (_draw(d, counter_set), -len(d["name"])))
+        if whole.get("allowMultipleAllocations"):
+            continue
+        for part in [d for d in group if d is not whole][:_MAX_PARTS_CHECKED]:
+            pair = _only(slices, driver, pool, {whole["name"], part["name"]})
+            for held, wanted in ((whole, part), (part, whole)):
+                holder = allocated_claim(
+                    f"holder-{held['name']}", [("r", driver, held["name"])], pool=pool
+                )
+                asked = {
+                    "metadata": {"name": "asked"},
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "r", "exactly": {"deviceClassName": driver}}]
+                        }
+                    },
+                }
+                out = allocate([asked], pair, node=node, allocated=[holder])
+                assert not out.fits, (
+                    f"{wanted['name']} was allocatable while {held['name']} was held (one PCI "
+                    f"function, {bdf}, counter set {counter_set!r}): {out.results}"
+                )
 
 
 class _Target(NamedTuple):
@@ -262,7 +363,12 @@ class BackendContract:
     def test_devices_render_into_valid_slices(
         self, contract_host: SimHost, contract_devices: list[DeviceKey], contract_driver: str
     ) -> None:
-        """Every device passes drakit's API checks and renders into valid ResourceSlices."""
+        """Every device passes drakit's API checks and renders into valid ResourceSlices.
+
+        And partitions of one PCI function never go with their whole device
+        (:func:`_check_partitions`: a GPU and its MIG slices draw on one counter set, and the
+        scheduler never allocates the GPU with a slice of it).
+        """
         self._require_devices(contract_devices)
         inv = contract_host.inventory()
         rendered: list[dict[str, Any]] = []
@@ -284,9 +390,14 @@ class BackendContract:
         missing = sorted(str(k) for k in set(contract_devices) - set(published))
         assert not missing, f"devices not published: {missing}"
         assert len(published) == len(set(published)), "a device is published twice"
+        _check_partitions(rendered, contract_driver, self.node_name)
 
     def test_every_device_prepares_and_unprepares(self, contract_target: _Target) -> None:
-        """Each device prepares alone over the kubelet socket, with CDI edits, then unprepares."""
+        """Each device prepares alone over the kubelet socket, then unprepares.
+
+        Its CDI edits are in the claim's spec, its device metadata file (KEP-5304) carries the
+        attributes the node publishes for it, and unprepare leaves neither.
+        """
         contract_running, contract_devices, contract_driver = contract_target
         self._require_devices(contract_devices)
         slices = contract_running.slices()
@@ -305,9 +416,24 @@ class BackendContract:
                 f"CDI IDs of {key} without a device in the CDI specs: "
                 f"{sorted(set(out.cdi_ids) - set(edits))}"
             )
+            metadata = out.device_metadata()
+            assert len(metadata) == 1, f"{key}: device metadata files mounted: {sorted(metadata)}"
+            [(inside, docs)] = metadata.items()
+            [meta] = docs[0]["requests"][0]["devices"]
+            assert meta.get("attributes", {}) == _attributes(slices, key), (
+                f"{key}: the device metadata at {inside} does not carry the published attributes"
+            )
+            hosts = {
+                m["hostPath"]
+                for e in edits.values()
+                for m in e.get("mounts") or []
+                if m["containerPath"] == inside
+            }
             err = contract_running.kubelet.unprepare(claim)
             assert err is None, f"unprepare of {key} failed: {err}"
             assert out.spec_files() == [], f"CDI spec of {key} left after unprepare"
+            left = sorted(h for h in hosts if Path(h).exists())
+            assert not left, f"device metadata of {key} left after unprepare: {left}"
             contract_running.claims.remove(claim)
 
     def test_prepare_is_idempotent(self, contract_target: _Target) -> None:

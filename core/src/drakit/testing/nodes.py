@@ -43,7 +43,11 @@ from drakit.models import (
 from drakit.node.daemon import Node
 from drakit.prepare.cdi import CdiWriter
 from drakit.prepare.memory import DEFAULT_NAMESPACE, ClaimStore
+from drakit.prepare.metadata import CONTAINER_DIR as METADATA_DIR
+from drakit.prepare.metadata import read_metadata
+from drakit.publish.render import render_pool
 from drakit.sim import MachineSpec, SysfsBuilder, build_profile
+from drakit.testing.published import Published
 
 __all__ = [
     "CLAIM_NAMESPACE",
@@ -172,6 +176,14 @@ class SimHost:
             SliceValidationError: a device breaks an API rule; the message names it.
         """
         return self.inventory().slices()
+
+    def published(self) -> Published:
+        """What a node would publish, by device: attributes, counters, counter sets, taints.
+
+        Raises:
+            SliceValidationError: a device breaks an API rule; the message names it.
+        """
+        return Published.from_slices(self.slices())
 
     def parse_config(self, driver: str, params: Mapping[str, Any]) -> BaseModel:
         """Validate an opaque config object through ``driver``'s backends.
@@ -356,6 +368,27 @@ class PrepareOutcome:
                 found[cdi_id] = _merge_edits(base, dev.get("containerEdits") or {})
         return {i: found[i] for i in self.cdi_ids if i in found}
 
+    def device_metadata(self) -> dict[str, list[dict[str, Any]]]:
+        """The claim's KEP-5304 device metadata files: path in the container -> its objects.
+
+        Read from the host paths the CDI mounts under
+        ``/var/run/kubernetes.io/dra-device-attributes/`` name; each file is a stream of
+        ``DeviceMetadata`` objects (``metadata.resource.k8s.io/v1beta1`` first, then
+        ``v1alpha1``), whose ``requests[].devices[].attributes`` are the devices' attributes as
+        the node publishes them (docs/architecture.md, "Device metadata").
+        """
+        out: dict[str, list[dict[str, Any]]] = {}
+        for edits in self.cdi_edits().values():
+            for mount in edits.get("mounts") or []:
+                inside = str(mount.get("containerPath", ""))
+                if inside.startswith(METADATA_DIR + "/") and inside not in out:
+                    raw = Path(str(mount["hostPath"])).read_bytes()
+                    out[inside] = [
+                        d.model_dump(mode="json", by_alias=True, exclude_none=True)
+                        for d in read_metadata(raw)
+                    ]
+        return out
+
     def env(self) -> dict[str, str]:
         """The environment the container gets from all of the claim's CDI devices."""
         out: dict[str, str] = {}
@@ -512,6 +545,20 @@ class RunningNode:
             SliceValidationError: a device breaks an API rule; the message names it.
         """
         return self.inventory().slices()
+
+    def published(self) -> Published:
+        """What the node publishes now, by device, health taints included.
+
+        A fresh discovery, with drakit's ``drakit.io/unhealthy`` taint on the devices the
+        node's health loop found Unhealthy when ``health.taint_unhealthy`` is set, as the
+        publisher writes them.
+
+        Raises:
+            SliceValidationError: a device breaks an API rule; the message names it.
+        """
+        return Published.from_slices(
+            [s for spec in self.node.publishable() for s in render_pool(spec)]
+        )
 
     def health(self) -> dict[str, list[DeviceHealth]]:
         """Device health per plugin, asked of the backends now."""

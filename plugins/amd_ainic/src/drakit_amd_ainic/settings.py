@@ -9,7 +9,7 @@ its VFs) to another agent, e.g. the classic AMD device plugin (``docs/ainic-back
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -62,6 +62,22 @@ class CapacityPolicy(_Strict):
     default: int = Field(ge=1, description="What a request that names no amount consumes")
     min: int = Field(default=1, ge=1)
     step: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _default_in_range(self) -> Self:
+        # the published requestPolicy's validRange must hold its default, or the API server
+        # refuses the slice and no claim can ever get a share
+        if self.default < self.min:
+            raise ValueError(
+                f"default {self.default} is below min {self.min}: a request that names no "
+                "amount could never be allocated; raise default or lower min"
+            )
+        if (self.default - self.min) % self.step:
+            raise ValueError(
+                f"default {self.default} is not min {self.min} plus a multiple of step "
+                f"{self.step}; pick a default on the step"
+            )
+        return self
 
 
 class NicRule(_Strict):

@@ -53,6 +53,7 @@ class NumaSpread(Strategy):
     """
 
     name = "numa-spread"
+    backends: ClassVar[tuple[str, ...]] = ("cpu",)  # a `cpu` capacity per NUMA-group device
     default_widths: ClassVar[tuple[int, ...]] = (8, 4, 2, 1)
 
     def __init__(self, widths: Sequence[int] | None = None, capacity: str = CAPACITY) -> None:

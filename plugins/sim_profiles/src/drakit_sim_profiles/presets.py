@@ -5,7 +5,9 @@ Plain data, importing nothing: core reads them at start-up (``drakit.host.preset
 * ``DEFAULT``: the backends enabled, in this order, when the configuration names none (those
   of them installed): every backend of drakit's workspace, the composite last.
 * ``DEMO``: what ``drakit demo`` runs: the H200 machine with 8 AINICs, its GPUs, NICs and pairs
-  under one driver (``docs/composite.md``), and the CPUs.
+  under one driver (``docs/composite.md``), and the CPUs. Both GPU backends are in it, so that
+  ``drakit demo --profile P`` shows the accelerators of every profile (an MI300X machine's AMD
+  GPUs and their pairs too); a backend that finds no hardware of its kind publishes nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ DEMO: dict[str, Any] = {
     "plugins": {
         "cpu": {"policy": "packed"},
         "nvidia_gpu": {"driver": PAIRS_DRIVER},
+        "amd_gpu": {"driver": PAIRS_DRIVER},
         "amd_ainic": {"driver": PAIRS_DRIVER},
         "composite": {"strategy": "numa-preferred", "driver": PAIRS_DRIVER},
     },

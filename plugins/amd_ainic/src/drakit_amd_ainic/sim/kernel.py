@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from drakit.sim import (
     RdmaSpec,
     SriovSpec,
     SysfsBuilder,
+    get_profile,
     remove_device_node,
 )
 from drakit_amd_ainic.sim.netlink import NETLINK_DIR
@@ -44,10 +46,16 @@ __all__ = [
     "ainic_machine",
     "set_link",
     "set_rdma_port",
+    "sriov_kernel",
     "vf_settings",
 ]
 
 log = logging.getLogger(__name__)
+
+MACHINE_INFO = Path("drakit-sim") / "machine.json"
+"""What the builder records of the machine (its profile name)."""
+KERNEL_LOCK = Path("drakit-sim") / "sriov.lock"
+"""Held by the tree's one running :class:`SriovKernel`."""
 
 
 _PENSANDO, _IONIC_PF, _IONIC_VF, _POLLARA = 0x1DD8, 0x1002, 0x1003, 0x5201
@@ -96,6 +104,7 @@ class SriovKernel:
         self.spec = spec
         self.root = root
         self.interval = interval
+        self._lock_fd: int | None = None
         self._builder = SysfsBuilder(spec)
         self._pfs = [
             fn.address for r in spec.pci_roots for fn in _walk(r.children) if fn.sriov is not None
@@ -119,17 +128,42 @@ class SriovKernel:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop reacting."""
+        """Stop reacting (and let another kernel of the tree take over)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _owns(self) -> bool:
+        """Whether this is the tree's one kernel (an ``flock`` on ``drakit-sim/sriov.lock``).
+
+        A tree has one kernel, as a node has: when a test runs one and the node it starts runs
+        another (``drakit node`` runs one on every simulated root), the first to lock reacts
+        and the other waits until the first stops.
+        """
+        if self._lock_fd is not None:
+            return True
+        path = self.root / KERNEL_LOCK
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self.step()
 
     def step(self) -> None:
-        """One comparison of every PF's ``sriov_numvfs`` with its VFs."""
+        """One comparison of every PF's ``sriov_numvfs`` with its VFs (by the tree's kernel)."""
+        if not self._owns():
+            return
         for pf in self._pfs:
             pf_dir = Path(os.path.realpath(self.root / "sys/bus/pci/devices" / pf))
             try:
@@ -172,6 +206,25 @@ class SriovKernel:
             shutil.rmtree(vf_dir)
         for link in sorted(pf_dir.glob("virtfn*")):  # last: "no virtfn" means all gone
             link.unlink()
+
+
+def sriov_kernel(root: Path) -> SriovKernel | None:
+    """The ``drakit.sim_behaviours`` factory: the kernel of a built tree that has SR-IOV PFs.
+
+    Whatever uses a simulated root through drakit (``drakit node --profile``, ``drakit demo``,
+    the test kit) runs it, so a shared-mode NIC gets its VFs on demand there as on a node.
+    ``None`` for a tree without such PFs, or one built from a spec that is no installed
+    profile (whoever built it runs its kernel, as the tests do).
+    """
+    try:
+        name = json.loads((root / MACHINE_INFO).read_text())["name"]
+        spec = get_profile(str(name))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.debug("no SR-IOV kernel for %s: %s", root, e)
+        return None
+    if not any(fn.sriov is not None for r in spec.pci_roots for fn in _walk(r.children)):
+        return None
+    return SriovKernel(spec, root, interval=0.05)
 
 
 def _walk(fns: tuple[PciDeviceSpec, ...]) -> list[PciDeviceSpec]:
