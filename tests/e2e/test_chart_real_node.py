@@ -79,6 +79,7 @@ def cluster(
         drakit_tar = images[0].parent / "drakit.tar"
         node = RealNode(cp, real_node.node_bin, [*images, drakit_tar], name="chart-node")
         with node:
+            build_profile(PROFILE, node.root / "sim")
             yield cp, node
     finally:
         cp.stop()
@@ -157,7 +158,6 @@ def test_install_upgrade_uninstall_with_a_workload_claim(
     cluster: tuple[ControlPlane, RealNode], helm: Helm
 ) -> None:
     cp, node = cluster
-    build_profile(PROFILE, node.root / "sim")
     cp.create_namespace("work")
 
     # install: the DaemonSet's pod runs from the imported image, registers, publishes.
@@ -244,7 +244,6 @@ def test_the_webhook_deployment_admits_a_pair_pod(
     server calls it for a pod that asks for a GPU-NIC pair, and the pod runs with the pair's
     GPU and NIC device nodes."""
     cp, node = cluster
-    build_profile(PROFILE, node.root / "sim")
     release = "drakit-wh"
     values = helm.values_file(_values(cp, node, webhook=True), "webhook.yaml")
     helm.run(
