@@ -332,13 +332,13 @@ def test_one_write_per_prepare_even_for_a_backend_that_changes_the_node(
 
 def test_an_unprepare_without_a_record_reaches_the_backends(tmp_path: Path) -> None:
     """What a prepare cut short leaves (the backend's own record, no checkpoint entry) is undone."""
-    ledger = tmp_path / "ledger" / "vf-ledger.json"
+    ledger = tmp_path / "state" / "plugin_state" / "amd_ainic" / "vf-ledger.json"
     settings = DrakitSettings(
         profile="h200-8gpu-8ainic-sriov",
         node_name=NODE,
+        state_dir=tmp_path / "state",
         plugins={
             "amd_ainic": {
-                "state_dir": str(ledger.parent),
                 "nics": [{"select": {"pf_names": ["enp64s0"]}, "mode": "vf"}],
             }
         },

@@ -320,11 +320,12 @@ def test_shares_and_pairs_publish_together_in_one_pool() -> None:
 def test_a_share_that_does_not_fit_rolls_back_the_pair_in_its_claim(tmp_path: Path) -> None:
     p = {
         "nvidia_gpu": {},
-        "amd_ainic": {"state_dir": str(tmp_path / "ainic")},
+        "amd_ainic": {},
         "cpu": {},
         "composite": {"driver": DRIVER, "locked": [{"plugin": "cpu", "shares": 4}]},
     }
-    with open_host(DrakitSettings(profile=PROFILE, plugins=p)) as h:
+    settings = DrakitSettings(profile=PROFILE, plugins=p, state_dir=tmp_path / "state")
+    with open_host(settings) as h:
         claims = ClaimStore(copy=False)
         state = DriverState(
             DRIVER, h, claims, state_dir=tmp_path / "state", cdi_dir=tmp_path / "cdi", boot_id="b"

@@ -65,10 +65,13 @@ def open_pipeline(host: PluginHost, tmp_path: Path) -> Iterator[Pipeline]:
 def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     plugins = {
         "nvidia_gpu": {"driver": DRIVER},
-        "amd_ainic": {"driver": DRIVER, "state_dir": str(tmp_path / "ainic")},
+        "amd_ainic": {"driver": DRIVER},
         "composite": {"driver": DRIVER},
     }
-    with open_host(DrakitSettings(profile="h200-8gpu-8ainic", plugins=plugins)) as host:
+    settings = DrakitSettings(
+        profile="h200-8gpu-8ainic", plugins=plugins, state_dir=tmp_path / "state"
+    )
+    with open_host(settings) as host:
         host.discover()
         with open_pipeline(host, tmp_path) as p:
             yield p
@@ -182,12 +185,13 @@ def test_a_pair_with_a_shared_mode_nic_gets_a_vf_of_it_like_a_share(tmp_path: Pa
         "nvidia_gpu": {"driver": DRIVER},
         "amd_ainic": {
             "driver": DRIVER,
-            "state_dir": str(tmp_path / "ainic"),
             "nics": [{"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 4}],
         },
         "composite": {"driver": DRIVER},
     }
-    settings = DrakitSettings(sysfs_root=root, node_name="n", plugins=plugins)
+    settings = DrakitSettings(
+        sysfs_root=root, node_name="n", plugins=plugins, state_dir=tmp_path / "state"
+    )
     with SriovKernel(spec, root), open_host(settings) as host:
         found = host.discover()
         [pair] = [

@@ -417,7 +417,13 @@ class DriverState:
                     namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs)
                 )
                 members = _MemberSession(self, cp, ref.uid, where)
-                got = self.host.prepare(plugin, claim, self._held(cp, plugin, ref.uid), members)
+                got = self.host.prepare(
+                    plugin,
+                    claim,
+                    self._held(cp, plugin, ref.uid),
+                    members,
+                    frozenset(cp.claims.keys() - {ref.uid}),
+                )
                 self._check_prepared(where, plugin, devs, got)
                 prepared[plugin] = got
                 rec = cp.claims[ref.uid]  # with what members prepared for this plugin
@@ -678,6 +684,7 @@ class _MemberSession:
             plugin,
             claim,
             DriverState._held(self.cp, plugin, self.uid),
+            held_claims=frozenset(self.cp.claims.keys() - {self.uid}),
         )
         DriverState._check_prepared(self.where, plugin, list(claim.devices), got)
         keys = {(p.request, p.pool, p.device) for p in got}

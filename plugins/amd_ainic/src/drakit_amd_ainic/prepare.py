@@ -22,6 +22,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -139,6 +140,7 @@ class Preparer:
         published: Mapping[str, Published],
         claim: ClaimInfo,
         held: Sequence[PreparedDevice],
+        held_claims: AbstractSet[str] = frozenset(),
     ) -> list[PreparedDevice]:
         """See the module docstring."""
         with self._lock:
@@ -147,7 +149,8 @@ class Preparer:
                 return [self._apply(claim, plan, plan.fn) for plan in plans]
             try:
                 data = self.ledger.load()
-                live = {str(p.state.get("claim")) for p in held} | {claim.uid}
+                self._reconcile(data, held)
+                live = {str(p.state.get("claim")) for p in held} | set(held_claims) | {claim.uid}
                 self._repair(data, live)
                 chosen = self._choose(data, claim, plans)
                 return [
@@ -360,6 +363,11 @@ class Preparer:
             )
             self.netlink.set_vf(pf_if, pub.nic.pf.bdf, fn.vf_index, settings)
             state["vf"] = fn.vf_index
+            # with pf and vf: what rebuilds a lost ledger (_reconcile), in this boot only
+            if dev.share_id:
+                state["share"] = dev.share_id
+            if self.ledger.boot_id:
+                state["boot"] = self.ledger.boot_id
         mtu = vf_cfg.get("mtu")
         if mtu is not None and fn.ifname and netdev is not None:
             pf_mtu = pub.nic.pf.mtu
@@ -433,6 +441,52 @@ class Preparer:
             except BaseException:
                 self.ledger.forget()
                 raise
+
+    def _reconcile(self, data: LedgerData, held: Sequence[PreparedDevice]) -> None:
+        """Put back every VF the checkpoint says a running claim holds and the ledger lacks.
+
+        The ledger may have been lost, damaged (and moved aside) or replaced: the checkpoint's
+        record of each prepared VF (its ``pf``, ``vf`` and ``boot`` in ``state``) is the other
+        evidence, so a VF a running share holds is never chosen for another. VFs prepared in
+        another boot are gone with it (a reboot's claims are prepared again).
+        """
+        have = {(a.claim, a.pf, a.vf) for a in data.assignments}
+        boot = self.ledger.boot_id
+        back: list[Assignment] = []
+        for p in held:
+            st = p.state
+            claim, pf, vf = st.get("claim"), st.get("pf"), st.get("vf")
+            if not (isinstance(claim, str) and isinstance(pf, str) and isinstance(vf, int)):
+                continue
+            if boot and st.get("boot") != boot:  # prepared in another boot: that VF is gone
+                continue
+            if (claim, pf, vf) in have:
+                continue
+            share = st.get("share")
+            back.append(
+                Assignment(
+                    claim=claim,
+                    request=p.request,
+                    device=p.device,
+                    share=share if isinstance(share, str) else None,
+                    pf=pf,
+                    vf=vf,
+                )
+            )
+            have.add((claim, pf, vf))
+        if not back:
+            return
+        why = f" ({self.ledger.damage})" if self.ledger.damage is not None else ""
+        log.warning(
+            "the VF ledger %s lacked %d VF(s) that running claims hold%s; rebuilt from the "
+            "checkpoint: %s",
+            self.ledger.path,
+            len(back),
+            why,
+            ", ".join(f"{a.pf} VF {a.vf} (claim {a.claim})" for a in back[:10]),
+        )
+        data.assignments.extend(back)
+        self.ledger.save(data)
 
     def _repair(self, data: LedgerData, live: set[str]) -> None:
         """Reset VFs of claims that are not ``live`` and drop them from the ledger."""
