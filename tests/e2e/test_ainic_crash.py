@@ -56,7 +56,7 @@ class Env:
 
     @property
     def ledger(self) -> Path:
-        return self.dirs.state_dir / "ainic" / "vf-ledger.json"
+        return self.dirs.state_dir / "plugin_state" / "amd_ainic" / "vf-ledger.json"
 
     def process(self, name: str, env: dict[str, str] | None = None) -> NodeProcess:
         return NodeProcess(
@@ -65,7 +65,6 @@ class Env:
             dirs=self.dirs,
             plugins={
                 "amd_ainic": {
-                    "state_dir": str(self.dirs.state_dir / "ainic"),
                     "nics": [
                         {"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 2}
                     ],
@@ -87,7 +86,7 @@ class Env:
     def assignments(self) -> list[dict[str, Any]]:
         if not self.ledger.exists():
             return []
-        out: list[dict[str, Any]] = json.loads(self.ledger.read_text())["assignments"]
+        out: list[dict[str, Any]] = json.loads(self.ledger.read_text())["data"]["assignments"]
         return out
 
 

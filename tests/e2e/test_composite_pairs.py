@@ -57,12 +57,11 @@ DRIVER = "gpu-nic.e2e.drakit.io"
 ATTR = f'device.attributes["{DRIVER}"]'
 
 
-def _plugins(state_dir: str) -> dict[str, dict[str, Any]]:
+def _plugins() -> dict[str, dict[str, Any]]:
     return {
         "nvidia_gpu": {"driver": DRIVER},
         "amd_ainic": {
             "driver": DRIVER,
-            "state_dir": state_dir,
             "nics": [{"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 4}],
         },
         "composite": {"driver": DRIVER, "numa_classes": 0},
@@ -74,7 +73,7 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
     cp = control_plane
     suffix = uuid.uuid4().hex[:6]
     dirs = NodeDirs.create("dk-pairs-")
-    plugins = _plugins(str(dirs.state_dir / "ainic"))
+    plugins = _plugins()
     classes = _install_classes(cp, plugins, suffix)
     root = build_profile(PROFILE, dirs.root / "sim")
     settings = {"health": {"interval": 0.5, "taint_unhealthy": True}}
@@ -319,7 +318,7 @@ def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
     cp, ns = control_plane, namespace
     name = f"pcrash-{uuid.uuid4().hex[:6]}"
     dirs = NodeDirs.create("dk-pcrash-")
-    plugins = _plugins(str(dirs.state_dir / "ainic"))
+    plugins = _plugins()
     cp.create_node(name)
 
     def process(label: str, env: dict[str, str] | None = None) -> NodeProcess:
@@ -358,7 +357,7 @@ def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
                 assert client.unprepare([ref])[ref.uid].error == ""
             assert ref.uid not in dirs.checkpoint(DRIVER)
             assert not [n for n in dirs.cdi_specs() if ref.uid in n]
-            ledger = dirs.state_dir / "ainic"
+            ledger = dirs.state_dir / "plugin_state" / "amd_ainic"
             assert not [f for f in ledger.glob("*") if ref.uid in f.read_text(errors="ignore")]
             assert proc.terminate() == 0
         _release(cp, ns, ["victim"])
