@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -142,14 +142,16 @@ class PluginHost:
 
     # -- discovery -----------------------------------------------------------------------------
 
-    def discover(self) -> Discovered:
+    def discover(self, tolerate: Collection[str] = ()) -> Discovered:
         """Run discovery, enrichment and composition (``drakit.host.inventory`` keeps the result).
+
+        ``tolerate``: backends whose failure is recorded in ``Discovered.failed`` instead.
 
         Raises:
             PermanentError: a plugin returned something invalid (duplicate device, conflicting
                 enrichment); the message names the plugin and device.
         """
-        return discover(self.node, self.driver_names(), self.registry.names(), self._only)
+        return discover(self.node, self.driver_names(), self.registry.names(), self._only, tolerate)
 
     # -- claims --------------------------------------------------------------------------------
 
