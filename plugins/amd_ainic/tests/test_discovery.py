@@ -395,6 +395,23 @@ def test_rails_and_fabric_from_node_labels_under_the_file_and_maps(
     assert (attrs(again["ainic-0"])["rail"], attrs(again["ainic-0"]).get("fabric")) == (6, None)
 
 
+@pytest.mark.parametrize("bad", ["99999999999999999999", "\u00b2", "\u0663", "1" * 63, "-1"])
+def test_a_rail_label_out_of_range_is_skipped_and_named_not_fatal(
+    roots: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: str
+) -> None:
+    """Issue 30, class 3: values the API server accepts for a label but no rail can be."""
+    labels = {"ainic.drakit.io/rail.enp24s0": bad, "ainic.drakit.io/rail.enp64s0": "3"}
+    host = PluginHost(
+        DrakitSettings(state_dir=tmp_path, plugins={"amd_ainic": {}}),
+        NodeInfo(name="n1", sysfs_root=str(roots["h200-8gpu-8ainic"]), labels=labels),
+    )
+    devs = {k.device: attrs(d) for k, d in host.discover().devices.items()}
+    assert devs["ainic-0"].get("rail") is None
+    assert devs["ainic-1"]["rail"] == 3  # the good label still applies
+    assert "ainic.drakit.io/rail.enp24s0=" in caplog.text
+    assert "a rail is a whole number from 0 to 999999999" in caplog.text
+
+
 def test_node_labels_off_or_a_bad_prefix(discover: Discover) -> None:
     with pytest.raises(ConfigInvalid) as e:
         discover("h200-8gpu-8ainic", node_labels="Not A Prefix")

@@ -110,6 +110,11 @@ def modes(nics: list[Ainic], settings: AmdAinicSettings) -> dict[str, tuple[Mode
     return out
 
 
+_MAX_RAIL_DIGITS = 9
+_MAX_RAIL = 10**_MAX_RAIL_DIGITS - 1
+"""The largest rail a label may name (far beyond any fabric; well inside an int64 attribute)."""
+
+
 def label_identity(
     settings: AmdAinicSettings, labels: Mapping[str, str]
 ) -> tuple[dict[str, int], dict[str, str], str | None]:
@@ -131,14 +136,17 @@ def label_identity(
             continue
         kind, dot, ifname = name.partition(".")
         if kind == "rail" and dot and ifname:
-            if value.isdigit():
+            # ASCII digits only ("²" and "٣" are digits to str.isdigit) and within a DRA int
+            # attribute (int64): a label the API server accepts must not stop discovery
+            if value.isascii() and value.isdigit() and len(value) <= _MAX_RAIL_DIGITS:
                 rails[ifname] = int(value)
             else:
                 log.warning(
-                    "Node label %s=%r: a rail is a whole number >= 0; ignored until the "
-                    "fabric manager writes one",
+                    "Node label %s=%r: a rail is a whole number from 0 to %d; ignored until "
+                    "the fabric manager writes one",
                     key,
-                    value,
+                    value[:70],
+                    _MAX_RAIL,
                 )
         elif kind == "fabric" and dot and ifname and value:
             fabrics[ifname] = value
