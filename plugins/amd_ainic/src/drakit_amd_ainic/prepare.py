@@ -24,12 +24,18 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from drakit.errors import PermanentError, RetryableError
-from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, NetworkData, PreparedDevice
+from drakit.models import (
+    AllocatedDevice,
+    CdiEdits,
+    ClaimInfo,
+    NetworkData,
+    PreparedDevice,
+    quantity_value,
+)
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
 from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
@@ -90,15 +96,22 @@ def _names_hold(fn: NicFunction) -> bool:
     return fn.rdma_device is None or os.path.isdir(f"{fn.path}/infiniband/{fn.rdma_device}")
 
 
+_MAX_QUANTITY_CHARS = 64
+_MAX_CONSUMED = 1 << 32
+"""More queues or Gbit/s than any NIC has: a consumed amount above it is refused."""
+
+
 def _whole(q: str, where: str, what: str) -> int:
-    if q.isdigit() and q.isascii() and int(q) > 0:  # what the scheduler writes ("4")
-        return int(q)
-    try:
-        value = Decimal(q.removesuffix("m")) / (1000 if q.endswith("m") else 1)
-    except InvalidOperation:
-        raise PermanentError(f"{where}: consumed {what} {q!r} is not a quantity") from None
-    if value <= 0 or value != value.to_integral_value():
-        raise PermanentError(f"{where}: consumed {what} {q!r} must be a positive whole number")
+    # exact and bounded (an exponent beyond 64 or 64 characters is refused, never expanded):
+    # the scheduler writes "4"; a forged "1e999999" must not hold the driver's lock
+    value = quantity_value(q) if len(q) <= _MAX_QUANTITY_CHARS else None
+    shown = q if len(q) <= _MAX_QUANTITY_CHARS else q[:40] + "..."
+    if value is None:
+        raise PermanentError(f"{where}: consumed {what} {shown!r} is not a quantity")
+    if value <= 0 or value.denominator != 1:
+        raise PermanentError(f"{where}: consumed {what} {shown!r} must be a positive whole number")
+    if value > _MAX_CONSUMED:
+        raise PermanentError(f"{where}: consumed {what} {shown!r} is more than any NIC has")
     return int(value)
 
 
