@@ -4,6 +4,7 @@ rest).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from click.testing import CliRunner
@@ -127,3 +128,14 @@ def test_cli_errors_name_the_field(tmp_path: Any) -> None:
     result = CliRunner().invoke(cli, ["explain", "--slices", str(slices), "--claim", str(bad)])
     assert result.exit_code != 0
     assert "deviceClasName" in str(result.exception) + result.output
+
+
+def test_an_impossible_constraint_over_many_devices_is_cut_off_in_steps() -> None:
+    """Issue 30, class 6: explain answers "search cut off after N steps", not minutes later."""
+    devs = [dev(f"gpu-{i}", {"numa": i // 4}) for i in range(64)]
+    c = claim(req(count=17), constraints=[{"distinctAttribute": f"{GPU}/numa"}])
+    start = time.monotonic()
+    n = one([slice_(devs)], c)
+    assert time.monotonic() - start < 20
+    assert not n.fits
+    assert "search cut off after 50000 steps" in messages(n)
