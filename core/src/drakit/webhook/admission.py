@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from drakit.admission import AdmissionRequest, AdmissionResponse, PodMutator
 from drakit.errors import ConfigInvalid, ConflictError, DrakitError, NotFoundError
 from drakit.strategy_models import ShapedClaim, SimpleRequest
+from drakit.webhook.review import TOO_DEEP
 
 if TYPE_CHECKING:  # the Kubernetes client is imported by the caller (a node never loads it)
     from drakit.kube import KubeClient
@@ -50,6 +51,24 @@ class Shaper(Protocol):
     def driver_names(self) -> dict[str, str]:
         """Plugin name -> driver name."""
         ...
+
+
+MAX_CONFIG_DEPTH = 32
+"""How deeply a drakit opaque configuration may nest (the node refuses deeper ones too)."""
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and lists deeper than ``limit`` (iteratively)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if item is TOO_DEEP:
+            return True
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _configs(kind: str, obj: Mapping[str, Any]) -> tuple[str, Sequence[Any]]:
@@ -109,6 +128,12 @@ class Admission:
             params = opaque.get("parameters")
             if not isinstance(params, dict):
                 errors.append(f"{where}: must be an object with apiVersion and kind")
+                continue
+            if _deeper_than(params, MAX_CONFIG_DEPTH):
+                errors.append(
+                    f"{where}: nested deeper than {MAX_CONFIG_DEPTH} levels; no drakit "
+                    "configuration is that deep"
+                )
                 continue
             try:
                 self.host.parse_config(str(opaque["driver"]), params)
