@@ -161,3 +161,52 @@ def test_killed_then_restarted_and_unprepared_leaves_no_vf(env: Env, point: str)
     if touched:
         for vf, settings in vf_settings(env.root, PF).items():
             assert settings.get("max_tx_rate_mbps") == 0, (point, vf, settings)
+
+
+def _vfs(env: Env) -> dict[str, tuple[str, int]]:
+    """Claim UID -> (PF, VF) of its share, from the checkpoint."""
+    out = {}
+    for uid, rec in env.dirs.checkpoint(NIC).items():
+        for p in rec["prepared"].get("amd_ainic", []):
+            if "vf" in p["state"]:
+                out[uid] = (p["state"]["pf"], p["state"]["vf"])
+    return out
+
+
+def test_the_ledger_deleted_while_a_share_runs_never_hands_its_vf_out_again(env: Env) -> None:
+    """Issue 30, class 1: the VF ledger is rebuilt from the checkpoint after a restart."""
+    cp, ns = env.cp, env.namespace
+    with env.process("ledger-first") as proc:
+        first = env.kubelet("prepare", "ledger")
+        assert first.exit_code == 0, (first.doc, first.stderr[-2000:])
+        assert proc.terminate() == 0
+    held = _vfs(env)
+    assert len(held) == 1
+    env.ledger.unlink()  # what an operator might do, or a disk might lose
+    create_pod(cp, ns, "second", env.node, template="share", ref="d", containers=("main",))
+
+    def bound() -> bool:
+        pod = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/second")
+        return bool(
+            pod["spec"].get("nodeName") and pod.get("status", {}).get("resourceClaimStatuses")
+        )
+
+    wait_for(bound, timeout=60, what="the second pod to be scheduled")
+    second = kubelet_flags(env.dirs, env.node, f"{ns}/second", state="ledger-2")
+    with env.process("ledger-restart") as proc:
+        res = env.standin.run("prepare", *second, f"--driver={NIC}")
+        assert res.exit_code == 0, (res.doc, res.stderr[-2000:], proc.log_tail())
+        now = _vfs(env)
+        assert len(now) == 2
+        assert len(set(now.values())) == 2, f"one VF handed to two shares: {now}"
+        assert {a["claim"] for a in env.assignments()} == set(now)
+        for flags, state in ((second, None), (None, "ledger")):
+            done = (
+                env.standin.run("unprepare", *flags, f"--driver={NIC}")
+                if flags
+                else env.kubelet("unprepare", str(state))
+            )
+            assert done.exit_code == 0, (done.doc, done.stderr[-2000:])
+        assert env.assignments() == []
+        assert proc.terminate() == 0
+    cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/second")
