@@ -412,6 +412,25 @@ def test_a_rail_label_out_of_range_is_skipped_and_named_not_fatal(
     assert "a rail is a whole number from 0 to 999999999" in caplog.text
 
 
+def test_one_nic_with_an_attribute_drakit_refuses_is_skipped_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30, class 3: a netdev name over 64 bytes (a DRA string attribute's limit)."""
+    root = build_profile("h200-8gpu-8ainic", tmp_path / "r")
+    net = real(root, "0000:18:00.0") / "net"
+    [old] = os.listdir(net)
+    os.rename(net / old, net / ("x" * 70))
+    host = PluginHost(
+        DrakitSettings(state_dir=tmp_path / "s", plugins={"amd_ainic": {}}),
+        NodeInfo(name="n1", sysfs_root=str(root)),
+    )
+    names = {k.device for k in host.discover().devices}
+    assert "ainic-0" not in names
+    assert {f"ainic-{i}" for i in range(1, 8)} <= names
+    assert "ainic-0 (0000:18:00.0) is not published:" in caplog.text
+    assert "at most 64 are allowed" in caplog.text
+
+
 def test_node_labels_off_or_a_bad_prefix(discover: Discover) -> None:
     with pytest.raises(ConfigInvalid) as e:
         discover("h200-8gpu-8ainic", node_labels="Not A Prefix")
