@@ -53,6 +53,11 @@ class Shaper(Protocol):
         ...
 
 
+CREATED_LABEL = "webhook.drakit.io/created-by"
+CREATED_BY = "drakit-webhook"
+"""Every ResourceClaimTemplate the webhook creates carries ``CREATED_LABEL: CREATED_BY``; it
+deletes no template without it, whatever a claim's annotation names."""
+
 MAX_CONFIG_DEPTH = 32
 """How deeply a drakit opaque configuration may nest (the node refuses deeper ones too)."""
 
@@ -156,10 +161,17 @@ class Admission:
         return self.host.shape(strategy, request)
 
     def create_claim_template(self, namespace: str, template: Mapping[str, Any]) -> None:
-        """Create a ResourceClaimTemplate; an existing one of that name is no error."""
+        """Create a ResourceClaimTemplate; an existing one of that name is no error.
+
+        The template is labelled :data:`CREATED_LABEL` (the only templates
+        :meth:`delete_claim_template_later` deletes).
+        """
+        meta = dict(template.get("metadata") or {})
+        meta["labels"] = {**(meta.get("labels") or {}), CREATED_LABEL: CREATED_BY}
+        body = {**template, "metadata": meta}
         path = f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
         with contextlib.suppress(ConflictError):  # created by an earlier call for this pod
-            self.kube.request("POST", f"{path}/resourceclaimtemplates", body=template)
+            self.kube.request("POST", f"{path}/resourceclaimtemplates", body=body)
 
     def delete_claim_template_later(self, namespace: str, name: str, delay: float) -> None:
         """Delete a ResourceClaimTemplate ``delay`` seconds from now (a daemon timer)."""
@@ -174,12 +186,26 @@ class Admission:
         self.kube.create_event(involved, reason, message, type, component="drakit-webhook")
 
     def _delete_template(self, namespace: str, name: str) -> None:
+        """Delete the template only if the webhook made it (its label), by UID."""
         path = (
             f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
             f"/resourceclaimtemplates/{quote(name, safe='')}"
         )
         try:
-            self.kube.request("DELETE", path)
+            found = self.kube.request("GET", path)
+            meta = found.get("metadata") or {}
+            if (meta.get("labels") or {}).get(CREATED_LABEL) != CREATED_BY:
+                log.warning(
+                    "not deleting ResourceClaimTemplate %s/%s: a claim's annotation names it, "
+                    "but drakit's webhook did not create it (no %s=%s label)",
+                    namespace,
+                    name,
+                    CREATED_LABEL,
+                    CREATED_BY,
+                )
+                return
+            precondition = {"preconditions": {"uid": str(meta.get("uid", ""))}}
+            self.kube.request("DELETE", path, body=precondition)  # that object, not a namesake
         except NotFoundError:
             pass
         except DrakitError as e:

@@ -313,7 +313,9 @@ class PairPods:
         pods = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
         if pods and annotations.get(POLICY_ANNOTATION) == "required":
             pod = pods[0]
-            n = annotations.get(PAIRS_ANNOTATION, "?")
+            raw = str(annotations.get(PAIRS_ANNOTATION, ""))
+            # the claim's annotations are anyone's words: only a count goes into the Event
+            n = raw if raw.isascii() and raw.isdigit() and len(raw) <= 4 else "?"  # noqa: PLR2004
             try:
                 services.record_event(
                     {
