@@ -351,7 +351,7 @@ def test_a_claims_annotation_cannot_have_a_template_drakit_did_not_make_deleted(
     """Issue 30, class 2: the template GC deletes only templates the webhook created."""
     cp = control_plane
     templates = f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates"
-    spec = {"spec": {"devices": {"requests": []}}}
+    spec: dict[str, Any] = {"spec": {"devices": {"requests": []}}}
     theirs = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate"}
     cp.api("POST", templates, {**theirs, "metadata": {"name": "theirs"}, "spec": spec})
     claim = {
