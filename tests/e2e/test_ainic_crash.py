@@ -210,3 +210,41 @@ def test_the_ledger_deleted_while_a_share_runs_never_hands_its_vf_out_again(env:
         assert env.assignments() == []
         assert proc.terminate() == 0
     cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/second")
+
+
+def test_the_checkpoint_junked_while_a_share_runs_refuses_another_share_until_unprepared(
+    env: Env,
+) -> None:
+    """Issue 30, class 1: the share, rebuilt from its CDI spec, keeps its NIC and its VF."""
+    cp, ns = env.cp, env.namespace
+    with env.process("junk-first") as proc:
+        first = env.kubelet("prepare", "junk")
+        assert first.exit_code == 0, (first.doc, first.stderr[-2000:])
+        assert proc.terminate() == 0
+    [(held_pf, held_vf)] = _vfs(env).values()
+    (env.dirs.state_dir / NIC / "checkpoint.json").write_text("{ junk")
+    create_pod(cp, ns, "third", env.node, template="share", ref="d", containers=("main",))
+
+    def bound() -> bool:
+        pod = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/third")
+        return bool(
+            pod["spec"].get("nodeName") and pod.get("status", {}).get("resourceClaimStatuses")
+        )
+
+    wait_for(bound, timeout=60, what="the third pod to be scheduled")
+    third = kubelet_flags(env.dirs, env.node, f"{ns}/third", state="junk-3")
+    with env.process("junk-restart") as proc:
+        refused = env.standin.run("prepare", *third, f"--driver={NIC}", "--timeout=5s")
+        assert refused.exit_code != 0, refused.doc
+        text = json.dumps(refused.doc) + refused.stderr
+        assert "whose checkpoint record was lost" in text, text[-2000:]
+        assert [a for a in env.assignments() if a["vf"] == held_vf and a["pf"] == held_pf]
+        done = env.kubelet("unprepare", "junk")
+        assert done.exit_code == 0, (done.doc, done.stderr[-2000:])
+        again = env.standin.run("prepare", *third, f"--driver={NIC}")
+        assert again.exit_code == 0, (again.doc, again.stderr[-2000:], proc.log_tail())
+        gone = env.standin.run("unprepare", *third, f"--driver={NIC}")
+        assert gone.exit_code == 0, gone.doc
+        assert env.assignments() == []
+        assert proc.terminate() == 0
+    cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/third")
