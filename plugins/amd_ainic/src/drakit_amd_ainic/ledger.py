@@ -23,10 +23,11 @@ kernel's boot ID; a ledger written in another boot is read as empty.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from drakit.statefiles import Damage, StateDir, quarantine
+from drakit.statefiles import Damage, StateDir, StateFile, quarantine
 
 __all__ = ["Assignment", "Ledger", "LedgerData"]
 
@@ -75,13 +76,33 @@ class Ledger:
     """
 
     def __init__(self, state: StateDir, boot_id: str = "") -> None:
-        self.file = state.file(FILE, kind=KIND)
-        self.dir = self.file.path.parent
-        self.path = self.file.path
+        self.state = state
+        self._file: StateFile | None = None
         self.boot_id = boot_id
         self._data: LedgerData | None = None
         self.damage: Damage | None = None
         """The damage found the last time the file was read (``None``: it was sound)."""
+
+    @property
+    def file(self) -> StateFile:
+        """The state file (resolved on first use: a context built without a node has none).
+
+        Raises:
+            PermanentError: the plugin's context has no state directory.
+        """
+        if self._file is None:
+            self._file = self.state.file(FILE, kind=KIND)
+        return self._file
+
+    @property
+    def path(self) -> Path:
+        """The ledger file."""
+        return self.file.path
+
+    @property
+    def dir(self) -> Path:
+        """The backend's state directory."""
+        return self.file.path.parent
 
     def load(self) -> LedgerData:
         """The ledger: the copy in memory, else the file (empty if there is none yet).
