@@ -215,7 +215,11 @@ def test_the_ledger_deleted_while_a_share_runs_never_hands_its_vf_out_again(env:
 def test_the_checkpoint_junked_while_a_share_runs_refuses_another_share_until_unprepared(
     env: Env,
 ) -> None:
-    """Issue 30, class 1: the share, rebuilt from its CDI spec, keeps its NIC and its VF."""
+    """Issue 30, class 1: the share, rebuilt from its CDI spec, keeps its NIC and its VF.
+
+    A new share the scheduler puts on that NIC is refused until the recovered share is
+    unprepared; one it puts on another shared NIC is prepared there, never on the held VF.
+    """
     cp, ns = env.cp, env.namespace
     with env.process("junk-first") as proc:
         first = env.kubelet("prepare", "junk")
@@ -234,10 +238,12 @@ def test_the_checkpoint_junked_while_a_share_runs_refuses_another_share_until_un
     wait_for(bound, timeout=60, what="the third pod to be scheduled")
     third = kubelet_flags(env.dirs, env.node, f"{ns}/third", state="junk-3")
     with env.process("junk-restart") as proc:
-        refused = env.standin.run("prepare", *third, f"--driver={NIC}", "--timeout=5s")
-        assert refused.exit_code != 0, refused.doc
-        text = json.dumps(refused.doc) + refused.stderr
-        assert "whose checkpoint record was lost" in text, text[-2000:]
+        first_try = env.standin.run("prepare", *third, f"--driver={NIC}", "--timeout=5s")
+        if first_try.exit_code == 0:  # the scheduler put it on another shared NIC
+            assert (held_pf, held_vf) not in _vfs(env).values(), "one VF handed to two shares"
+        else:  # on the recovered share's NIC: refused until that share is unprepared
+            text = json.dumps(first_try.doc) + first_try.stderr
+            assert "whose checkpoint record was lost" in text, (text[-2000:], proc.log_tail(40))
         assert [a for a in env.assignments() if a["vf"] == held_vf and a["pf"] == held_pf]
         done = env.kubelet("unprepare", "junk")
         assert done.exit_code == 0, (done.doc, done.stderr[-2000:])
