@@ -106,9 +106,7 @@ def run_ainic(report: Report, repeats: int, discovery_repeats: int, cold_repeats
 
         def host_for(mode: str) -> PluginHost:
             return PluginHost(
-                DrakitSettings(
-                    plugins={"amd_ainic": {"default_mode": mode, "state_dir": str(base / "s")}}
-                ),
+                DrakitSettings(state_dir=base / "s", plugins={"amd_ainic": {"default_mode": mode}}),
                 node,
             )
 
@@ -126,9 +124,9 @@ def run_ainic(report: Report, repeats: int, discovery_repeats: int, cold_repeats
         settings = DrakitSettings(
             sysfs_root=sroot,
             node_name=NODE,
+            state_dir=base / "state",
             plugins={
                 "amd_ainic": {
-                    "state_dir": str(base / "ledger"),
                     "nics": [{"select": {"pf_names": ["enp64s0"]}, "mode": "shared"}],
                 }
             },
@@ -226,9 +224,6 @@ def _kubelet_prepares(
             "kubelet_dir": base / "kubelet",
             "cdi_dir": base / "cdi",
             "state_dir": base / "state",
-            "plugins": {
-                "amd_ainic": {**settings.plugins["amd_ainic"], "state_dir": str(base / "ledger")}
-            },
             "metrics": settings.metrics.model_copy(update={"enabled": False}),
         }
     )
@@ -290,7 +285,7 @@ def _cold_round(root: Path, state_dir: Path, calib: list[float]) -> float:
 def _cold_child(root: str, state_dir: str) -> None:
     """The child of :func:`_cold_round`: prints ``{"seconds", "calibration", "devices"}``."""
     host = PluginHost(
-        DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": state_dir}}),
+        DrakitSettings(state_dir=Path(state_dir), plugins={"amd_ainic": {"default_mode": "vf"}}),
         NodeInfo(name="bench-16x128", sysfs_root=root),
     )
     # What `drakit node` does before its first round (drakit.node.daemon.Node._start): the first

@@ -67,7 +67,6 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
     spec = get_profile(PROFILE)
     plugins = {
         "amd_ainic": {
-            "state_dir": str(dirs.state_dir / "ainic"),
             "nics": [
                 {"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 4},
                 {"select": {"pci_addresses": [VF_PF]}, "mode": "vf"},

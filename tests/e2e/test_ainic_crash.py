@@ -56,7 +56,7 @@ class Env:
 
     @property
     def ledger(self) -> Path:
-        return self.dirs.state_dir / "ainic" / "vf-ledger.json"
+        return self.dirs.state_dir / "plugin_state" / "amd_ainic" / "vf-ledger.json"
 
     def process(self, name: str, env: dict[str, str] | None = None) -> NodeProcess:
         return NodeProcess(
@@ -65,7 +65,6 @@ class Env:
             dirs=self.dirs,
             plugins={
                 "amd_ainic": {
-                    "state_dir": str(self.dirs.state_dir / "ainic"),
                     "nics": [
                         {"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 2}
                     ],
@@ -87,7 +86,7 @@ class Env:
     def assignments(self) -> list[dict[str, Any]]:
         if not self.ledger.exists():
             return []
-        out: list[dict[str, Any]] = json.loads(self.ledger.read_text())["assignments"]
+        out: list[dict[str, Any]] = json.loads(self.ledger.read_text())["data"]["assignments"]
         return out
 
 
@@ -162,3 +161,96 @@ def test_killed_then_restarted_and_unprepared_leaves_no_vf(env: Env, point: str)
     if touched:
         for vf, settings in vf_settings(env.root, PF).items():
             assert settings.get("max_tx_rate_mbps") == 0, (point, vf, settings)
+
+
+def _vfs(env: Env) -> dict[str, tuple[str, int]]:
+    """Claim UID -> (PF, VF) of its share, from the checkpoint."""
+    out = {}
+    for uid, rec in env.dirs.checkpoint(NIC).items():
+        for p in rec["prepared"].get("amd_ainic", []):
+            if "vf" in p["state"]:
+                out[uid] = (p["state"]["pf"], p["state"]["vf"])
+    return out
+
+
+def test_the_ledger_deleted_while_a_share_runs_never_hands_its_vf_out_again(env: Env) -> None:
+    """Issue 30, class 1: the VF ledger is rebuilt from the checkpoint after a restart."""
+    cp, ns = env.cp, env.namespace
+    with env.process("ledger-first") as proc:
+        first = env.kubelet("prepare", "ledger")
+        assert first.exit_code == 0, (first.doc, first.stderr[-2000:])
+        assert proc.terminate() == 0
+    held = _vfs(env)
+    assert len(held) == 1
+    env.ledger.unlink()  # what an operator might do, or a disk might lose
+    create_pod(cp, ns, "second", env.node, template="share", ref="d", containers=("main",))
+
+    def bound() -> bool:
+        pod = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/second")
+        return bool(
+            pod["spec"].get("nodeName") and pod.get("status", {}).get("resourceClaimStatuses")
+        )
+
+    wait_for(bound, timeout=60, what="the second pod to be scheduled")
+    second = kubelet_flags(env.dirs, env.node, f"{ns}/second", state="ledger-2")
+    with env.process("ledger-restart") as proc:
+        res = env.standin.run("prepare", *second, f"--driver={NIC}")
+        assert res.exit_code == 0, (res.doc, res.stderr[-2000:], proc.log_tail())
+        now = _vfs(env)
+        assert len(now) == 2
+        assert len(set(now.values())) == 2, f"one VF handed to two shares: {now}"
+        assert {a["claim"] for a in env.assignments()} == set(now)
+        for flags, state in ((second, None), (None, "ledger")):
+            done = (
+                env.standin.run("unprepare", *flags, f"--driver={NIC}")
+                if flags
+                else env.kubelet("unprepare", str(state))
+            )
+            assert done.exit_code == 0, (done.doc, done.stderr[-2000:])
+        assert env.assignments() == []
+        assert proc.terminate() == 0
+    cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/second")
+
+
+def test_the_checkpoint_junked_while_a_share_runs_refuses_another_share_until_unprepared(
+    env: Env,
+) -> None:
+    """Issue 30, class 1: the share, rebuilt from its CDI spec, keeps its NIC and its VF.
+
+    A new share the scheduler puts on that NIC is refused until the recovered share is
+    unprepared; one it puts on another shared NIC is prepared there, never on the held VF.
+    """
+    cp, ns = env.cp, env.namespace
+    with env.process("junk-first") as proc:
+        first = env.kubelet("prepare", "junk")
+        assert first.exit_code == 0, (first.doc, first.stderr[-2000:])
+        assert proc.terminate() == 0
+    [(held_pf, held_vf)] = _vfs(env).values()
+    (env.dirs.state_dir / NIC / "checkpoint.json").write_text("{ junk")
+    create_pod(cp, ns, "third", env.node, template="share", ref="d", containers=("main",))
+
+    def bound() -> bool:
+        pod = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/third")
+        return bool(
+            pod["spec"].get("nodeName") and pod.get("status", {}).get("resourceClaimStatuses")
+        )
+
+    wait_for(bound, timeout=60, what="the third pod to be scheduled")
+    third = kubelet_flags(env.dirs, env.node, f"{ns}/third", state="junk-3")
+    with env.process("junk-restart") as proc:
+        first_try = env.standin.run("prepare", *third, f"--driver={NIC}", "--timeout=5s")
+        if first_try.exit_code == 0:  # the scheduler put it on another shared NIC
+            assert (held_pf, held_vf) not in _vfs(env).values(), "one VF handed to two shares"
+        else:  # on the recovered share's NIC: refused until that share is unprepared
+            text = json.dumps(first_try.doc) + first_try.stderr
+            assert "whose checkpoint record was lost" in text, (text[-2000:], proc.log_tail(40))
+        assert [a for a in env.assignments() if a["vf"] == held_vf and a["pf"] == held_pf]
+        done = env.kubelet("unprepare", "junk")
+        assert done.exit_code == 0, (done.doc, done.stderr[-2000:])
+        again = env.standin.run("prepare", *third, f"--driver={NIC}")
+        assert again.exit_code == 0, (again.doc, again.stderr[-2000:], proc.log_tail())
+        gone = env.standin.run("unprepare", *third, f"--driver={NIC}")
+        assert gone.exit_code == 0, gone.doc
+        assert env.assignments() == []
+        assert proc.terminate() == 0
+    cp.api("DELETE", f"/api/v1/namespaces/{ns}/pods/third")

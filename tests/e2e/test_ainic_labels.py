@@ -57,7 +57,7 @@ def node(control_plane: ControlPlane) -> Iterator[str]:
         kubeconfig=cp.kubeconfig,
         node_name=name,
         dirs=dirs,
-        plugins={"amd_ainic": {"state_dir": str(dirs.state_dir / "ainic")}},
+        plugins={"amd_ainic": {}},
         profile="h200-8gpu-8ainic",
         settings={"discovery": {"interval": 1}},
         instance_id="nic-labels",

@@ -37,6 +37,7 @@ from tests.e2e.nodeproc import (
     NodeDirs,
     NodeProcess,
     Running,
+    allocated_claim,
     create_claim,
     create_pod,
     kubelet_flags,
@@ -57,12 +58,11 @@ DRIVER = "gpu-nic.e2e.drakit.io"
 ATTR = f'device.attributes["{DRIVER}"]'
 
 
-def _plugins(state_dir: str) -> dict[str, dict[str, Any]]:
+def _plugins() -> dict[str, dict[str, Any]]:
     return {
         "nvidia_gpu": {"driver": DRIVER},
         "amd_ainic": {
             "driver": DRIVER,
-            "state_dir": state_dir,
             "nics": [{"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 4}],
         },
         "composite": {"driver": DRIVER, "numa_classes": 0},
@@ -74,7 +74,7 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
     cp = control_plane
     suffix = uuid.uuid4().hex[:6]
     dirs = NodeDirs.create("dk-pairs-")
-    plugins = _plugins(str(dirs.state_dir / "ainic"))
+    plugins = _plugins()
     classes = _install_classes(cp, plugins, suffix)
     root = build_profile(PROFILE, dirs.root / "sim")
     settings = {"health": {"interval": 0.5, "taint_unhealthy": True}}
@@ -319,7 +319,7 @@ def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
     cp, ns = control_plane, namespace
     name = f"pcrash-{uuid.uuid4().hex[:6]}"
     dirs = NodeDirs.create("dk-pcrash-")
-    plugins = _plugins(str(dirs.state_dir / "ainic"))
+    plugins = _plugins()
     cp.create_node(name)
 
     def process(label: str, env: dict[str, str] | None = None) -> NodeProcess:
@@ -358,10 +358,90 @@ def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
                 assert client.unprepare([ref])[ref.uid].error == ""
             assert ref.uid not in dirs.checkpoint(DRIVER)
             assert not [n for n in dirs.cdi_specs() if ref.uid in n]
-            ledger = dirs.state_dir / "ainic"
+            ledger = dirs.state_dir / "plugin_state" / "amd_ainic"
             assert not [f for f in ledger.glob("*") if ref.uid in f.read_text(errors="ignore")]
             assert proc.terminate() == 0
         _release(cp, ns, ["victim"])
+    finally:
+        cp.delete_node(name)
+        dirs.remove()
+
+
+@pytest.mark.parametrize("damage", ["junk", "deleted"])
+def test_a_junked_checkpoint_never_prepares_a_prepared_pairs_member_again(
+    control_plane: ControlPlane, node: Running, namespace: str, damage: str
+) -> None:
+    """Issue 30, class 1: the checkpoint damaged while a pair runs, the node restarted.
+
+    A claim allocated (by hand: a stale allocation the scheduler's counters would not make) to
+    the pair's GPU or NIC alone is refused by the node; other devices are served.
+    """
+    cp, ns = control_plane, namespace
+    name = f"pjunk-{uuid.uuid4().hex[:6]}"
+    dirs = NodeDirs.create("dk-pjunk-")
+    cp.create_node(name)
+
+    def process(label: str) -> NodeProcess:
+        return NodeProcess(
+            kubeconfig=cp.kubeconfig,
+            node_name=name,
+            dirs=dirs,
+            plugins=_plugins(),
+            profile=PROFILE,
+            instance_id="pjunk",
+            name=label,
+        )
+
+    try:
+        with process("first") as first:
+            here = Running(name, dirs, first, classes=node.classes)
+            first.wait_ready(timeout=90)
+            _wait_published(cp, name, 24)
+            _claim_and_pod(cp, ns, "pair", here, "gpu-nic-pair", f'{ATTR}.nic != "ainic-0"')
+            _wait_bound(cp, ns, ["pair"])
+            [result] = _allocated(cp, ns, "pair")
+            gpu, nic = _members(cp, here, result["device"])
+            ref = ClaimRef(namespace=ns, name="pair", uid=_uid(cp, ns, "pair"))
+            with first.client(DRIVER) as client:
+                assert client.prepare([ref])[ref.uid].error == ""
+            assert first.terminate() == 0
+        path = dirs.state_dir / DRIVER / "checkpoint.json"
+        if damage == "junk":
+            path.write_text("{ junk")
+        else:
+            path.unlink()
+        lone = {}
+        for member in (gpu, nic):
+            claim_name = f"lone-{member}"
+            made = allocated_claim(
+                cp,
+                ns,
+                claim_name,
+                [{"request": "r", "driver": DRIVER, "pool": name, "device": member}],
+                device_class=node.classes["gpu-nic-pair"],
+            )
+            lone[member] = ClaimRef(namespace=ns, name=claim_name, uid=made["metadata"]["uid"])
+        with process("restart") as proc:
+            proc.wait_ready(timeout=90)
+            with proc.client(DRIVER) as client:
+                got = client.prepare(list(lone.values()))
+            for member, r in lone.items():
+                err = got[r.uid].error
+                assert f"device {member!r} is still prepared for claim with UID {ref.uid}" in err
+                assert not [n for n in dirs.cdi_specs() if r.uid in n]
+            with proc.client(DRIVER) as client:
+                assert client.unprepare([ref])[ref.uid].error == ""
+                again = client.prepare(list(lone.values()))
+            assert all(again[r.uid].error == "" for r in lone.values()), again
+            with proc.client(DRIVER) as client:
+                client.unprepare(list(lone.values()))
+            assert proc.terminate() == 0
+        assert list(dirs.state_dir.joinpath(DRIVER).glob("checkpoint.json.corrupt-*")) or (
+            damage == "deleted"
+        )
+        _release(cp, ns, ["pair"])
+        for r in lone.values():
+            cp.api("DELETE", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{r.name}")
     finally:
         cp.delete_node(name)
         dirs.remove()

@@ -343,3 +343,34 @@ def test_kueue_pods_get_exactly_requests_only(
         4,
     )
     assert "constraints" not in devices
+
+
+def test_a_claims_annotation_cannot_have_a_template_drakit_did_not_make_deleted(
+    control_plane: ControlPlane, namespace: str, webhook: WebhookProcess
+) -> None:
+    """Issue 30, class 2: the template GC deletes only templates the webhook created."""
+    cp = control_plane
+    templates = f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates"
+    spec: dict[str, Any] = {"spec": {"devices": {"requests": []}}}
+    theirs = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate"}
+    cp.api("POST", templates, {**theirs, "metadata": {"name": "theirs"}, "spec": spec})
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "bait", "annotations": {TEMPLATE_ANNOTATION: "theirs"}},
+        "spec": {"devices": {"requests": []}},
+    }
+    cp.api("POST", f"{RESOURCE}/namespaces/{namespace}/resourceclaims", claim)
+    # the webhook's GC runs 5 s after the claim is admitted; a pair pod's template, made by the
+    # webhook, goes in the same time (so the wait below is long enough to have seen a delete)
+    create_pair_pod(cp, namespace, "owned", "nowhere", 1, "none")
+    ours = pod_claim(cp, namespace, "owned")
+    name = ours["metadata"]["annotations"][TEMPLATE_ANNOTATION]
+
+    def gone() -> bool:
+        return name not in {t["metadata"]["name"] for t in cp.api("GET", templates)["items"]}
+
+    wait_for(gone, timeout=30, what="the webhook's own template to be collected")
+    left = {t["metadata"]["name"] for t in cp.api("GET", templates)["items"]}
+    assert "theirs" in left, "a template drakit did not make was deleted on a claim's word"
+    assert f"not deleting ResourceClaimTemplate {namespace}/theirs" in webhook.log()

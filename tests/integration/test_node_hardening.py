@@ -19,6 +19,7 @@ import stat
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -334,13 +335,13 @@ def test_one_write_per_prepare_even_for_a_backend_that_changes_the_node(
 
 def test_an_unprepare_without_a_record_reaches_the_backends(tmp_path: Path) -> None:
     """What a prepare cut short leaves (the backend's own record, no checkpoint entry) is undone."""
-    ledger = tmp_path / "ledger" / "vf-ledger.json"
+    ledger = tmp_path / "state" / "plugin_state" / "amd_ainic" / "vf-ledger.json"
     settings = DrakitSettings(
         profile="h200-8gpu-8ainic-sriov",
         node_name=NODE,
+        state_dir=tmp_path / "state",
         plugins={
             "amd_ainic": {
-                "state_dir": str(ledger.parent),
                 "nics": [{"select": {"pf_names": ["enp64s0"]}, "mode": "vf"}],
             }
         },
@@ -360,6 +361,31 @@ def test_an_unprepare_without_a_record_reaches_the_backends(tmp_path: Path) -> N
 
 
 # --- 2. every bad input fails alone ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("consumed", "says"),
+    [
+        ("1e999999", "is not a quantity"),  # an exponent far beyond the API server's
+        ("9" * 5000, "is not a quantity"),  # a 5,000-digit integer
+        ("4e9", "is more than any node has"),
+        ("2500m", "must be a positive whole number of CPUs"),
+    ],
+)
+def test_a_forged_consumed_capacity_fails_its_claim_at_once(
+    host: PluginHost, claims: ClaimStore, tmp_path: Path, consumed: str, says: str
+) -> None:
+    """Issue 30, class 6: the scheduler writes "4"; a forged amount never holds the lock."""
+    state = make_state(host, claims, tmp_path, driver=CPU)
+    device = cpus(2) | {"consumedCapacity": {"cpu": consumed}, "shareID": str(uuid.uuid4())}
+    bad = claim(claims, [device], name="forged")
+    start = time.monotonic()
+    err = state.prepare([bad])[bad.uid].error
+    assert time.monotonic() - start < 5
+    assert err.startswith("claim ns/forged: ")
+    assert "consumed cpu" in err
+    assert says in err
+    assert len(err) < 500
 
 
 def test_deeply_nested_opaque_config_fails_its_claim_only(

@@ -4,6 +4,7 @@ rest).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from click.testing import CliRunner
@@ -165,3 +166,14 @@ def test_taint_rules_taint_the_devices_they_select() -> None:
         ],
     }
     assert slice_.spec.devices[0].taints == ()  # the input is left alone
+
+
+def test_an_impossible_constraint_over_many_devices_is_cut_off_in_steps() -> None:
+    """Issue 30, class 6: explain answers "search cut off after N steps", not minutes later."""
+    devs = [dev(f"gpu-{i}", {"numa": i // 4}) for i in range(64)]
+    c = claim(req(count=17), constraints=[{"distinctAttribute": f"{GPU}/numa"}])
+    start = time.monotonic()
+    n = one([slice_(devs)], c)
+    assert time.monotonic() - start < 20
+    assert not n.fits
+    assert "search cut off after 50000 steps" in messages(n)

@@ -20,7 +20,7 @@ from tests.clirun import run_cli_process
 from drakit import hookimpl
 from drakit.commands.cli import main
 from drakit.errors import ConfigInvalid, PermanentError, PluginLoadError
-from drakit.host.inventory import build_inventory
+from drakit.host.inventory import Inventory, build_inventory
 from drakit.host.loader import installed_plugins
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
@@ -427,6 +427,53 @@ def test_discovery_failure_names_the_plugin(entry_points: EntryPoints) -> None:
         make_host({"example_fpga": {}, "boom": {}}).discover()
     assert "plugin 'boom' failed in drakit_discover_devices" in str(exc.value)
     assert "sensor on fire" in str(exc.value)
+
+
+def test_a_node_serves_the_other_backends_when_one_cannot_discover(
+    entry_points: EntryPoints, drakit_node: Any
+) -> None:
+    """Issue 30, class 3: one backend failing at start is skipped, named, Unready; not fatal."""
+    entry_points.install(
+        "drakit.plugins", "boom", backend_source('raise OSError("sensor on fire")')
+    )
+    running = drakit_node({"plugins": {"cpu": {}, "boom": {}}})
+    inv = running.node.inventory
+    assert inv is not None
+    assert "boom" in inv.failed
+    assert "sensor on fire" in inv.failed["boom"]
+    assert inv.devices_of("cpu.drakit.io"), "the healthy backend is still discovered"
+    ready, why = running.node.ready()
+    assert not ready
+    assert why.startswith("backends not started (the others are served): boom: ")
+    assert "sensor on fire" in why
+    errors = running.node.metrics.plugin_errors.labels(
+        plugin="boom", hook="drakit_discover_devices"
+    )
+    assert errors._value.get() >= 1
+    assert "cpu.drakit.io" in running.node.states  # its kubelet service runs
+
+
+def test_a_backend_that_had_devices_and_then_fails_keeps_the_round_failing(
+    entry_points: EntryPoints, tmp_path: Path
+) -> None:
+    """Only a backend with no devices yet is skipped: one that had them keeps them published."""
+    flag = tmp_path / "fail"
+    entry_points.install(
+        "drakit.plugins",
+        "flaky",
+        backend_source(
+            f"import pathlib\nif pathlib.Path({str(flag)!r}).exists():\n"
+            "    raise OSError('flaked')\n"
+            "return DeviceInventory(devices=(Device(name='fpga-0'),))"
+        ),
+    )
+    inventory = Inventory(make_host({"flaky": {}}), isolate=True)
+    first = inventory.refresh()
+    assert not first.failed
+    flag.write_text("")
+    with pytest.raises(PermanentError, match="flaked"):
+        inventory.refresh()
+    assert inventory.current is first
 
 
 def _boom_config(entry_points: EntryPoints, tmp_path: Path) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import threading
 import time
@@ -171,3 +172,160 @@ def test_the_command_refuses_a_bad_certificate_in_one_line(
 def _unused_api() -> kubernetes.client.ApiClient:
     """A client for a closed loopback port: these reviews never reach the API server."""
     return kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
+
+
+@pytest.fixture
+def bounded(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates]]:
+    """A server with 4 connection slots and a 1 s request deadline."""
+    certs = make_certificates(tmp_path / "b")
+    host = PluginHost(
+        DrakitSettings(plugins={"cpu": {}, "composite": {}}),
+        NodeInfo(name="webhook", sysfs_root="/nonexistent"),
+    )
+    engine = Admission(host, KubeClient(_unused_api()), [PairPods(AdmissionSettings())])
+    server = WebhookServer(
+        engine,
+        certs.cert,
+        certs.key,
+        address="127.0.0.1",
+        port=0,
+        max_connections=4,
+        request_deadline=1.0,
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, certs
+    finally:
+        server.shutdown()
+        thread.join(10)
+
+
+def _slow_client(server: WebhookServer, ctx: ssl.SSLContext) -> ssl.SSLSocket:
+    """A TLS connection that sends the start of a request and then one byte now and then."""
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    tls.sendall(b"POST /mutate-pods HTTP/1.1\r\nHost: x\r\n")
+    return tls
+
+
+def test_a_slow_client_is_cut_off_at_the_deadline(
+    bounded: tuple[WebhookServer, Certificates],
+) -> None:
+    """Issue 30, class 7: a byte every half second never holds a connection past 1 s."""
+    server, certs = bounded
+    tls = _slow_client(server, certs.context())
+    start = time.monotonic()
+    closed = False
+    try:
+        while time.monotonic() - start < 8:
+            try:
+                tls.sendall(b"X")
+                time.sleep(0.5)
+            except OSError:
+                closed = True
+                break
+            tls.settimeout(0.01)
+            try:
+                if tls.recv(1) == b"":
+                    closed = True
+                    break
+            except (TimeoutError, ssl.SSLWantReadError):
+                pass
+            except OSError:
+                closed = True
+                break
+    finally:
+        tls.close()
+    assert closed, "the slow client kept its connection"
+    assert time.monotonic() - start < 5
+
+
+def test_connections_beyond_the_limit_are_closed_and_the_rest_are_served(
+    bounded: tuple[WebhookServer, Certificates],
+) -> None:
+    server, certs = bounded
+    ctx = certs.context()
+    held = [_slow_client(server, ctx) for _ in range(4)]
+    try:
+        time.sleep(0.2)
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        raw.settimeout(5)
+        try:
+            assert raw.recv(1) == b"", "a fifth connection is closed at once"
+        except ConnectionResetError:
+            pass
+        finally:
+            raw.close()
+    finally:
+        for tls in held:
+            tls.close()
+    deadline = time.monotonic() + 5
+    while True:  # the slots come back as the held connections end
+        try:
+            assert call(server, ctx, "GET", "/healthz") == (200, b"ok\n")
+            break
+        except (OSError, http.client.HTTPException):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def _nested(depth: int) -> dict[str, object]:
+    inner: dict[str, object] = {"leaf": 1}
+    for _ in range(depth - 1):
+        inner = {"x": inner}
+    return inner
+
+
+def claim_review(driver: str, parameters: str) -> bytes:
+    """A ResourceClaim CREATE review whose one opaque config has ``parameters`` (raw JSON)."""
+    head = json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-2",
+                "kind": {"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
+                "operation": "CREATE",
+                "namespace": "ns",
+                "dryRun": True,
+                "object": {
+                    "metadata": {"name": "c"},
+                    "spec": {
+                        "devices": {
+                            "requests": [],
+                            "config": [{"opaque": {"driver": driver, "parameters": "@"}}],
+                        }
+                    },
+                },
+            },
+        }
+    )
+    return head.replace('"@"', parameters).encode()
+
+
+def test_deeply_nested_configs_of_other_drivers_are_admitted_and_drakit_ones_refused(
+    served: tuple[WebhookServer, Certificates],
+) -> None:
+    """Issue 30, class 6: the API server accepts another vendor's deep config; so must we."""
+    server, certs = served
+    ctx = certs.context()
+    deep = '{"apiVersion": "v", "kind": "K", "x": ' + "[" * 5000 + "]" * 5000 + "}"
+    status, body = call(server, ctx, "POST", "/validate-claims", claim_review("gpu.acme.io", deep))
+    assert status == 200, body
+    assert json.loads(body)["response"]["allowed"] is True
+    # a drakit driver's config that deep is refused, naming the field, not a 500
+    for params in (
+        deep,
+        json.dumps({"apiVersion": "cpu.drakit.io/v1", "kind": "CpuConfig", **_nested(40)}),
+    ):
+        status, body = call(
+            server, ctx, "POST", "/validate-claims", claim_review("cpu.drakit.io", params)
+        )
+        assert status == 200, body
+        response = json.loads(body)["response"]
+        assert response["allowed"] is False
+        assert (
+            "spec.devices.config[0].opaque.parameters: nested deeper than 32 levels"
+            in (response["status"]["message"])
+        )

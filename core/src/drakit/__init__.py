@@ -2,7 +2,8 @@
 
 The public API (``docs/compatibility.md``) is what this module exports plus
 :mod:`drakit.hookspecs`, :mod:`drakit.models`, :mod:`drakit.config`, :mod:`drakit.context`,
-:mod:`drakit.errors`, :mod:`drakit.sysfs`, :mod:`drakit.cpuset`, :mod:`drakit.strategies`,
+:mod:`drakit.errors`, :mod:`drakit.statefiles` (a backend's state files), :mod:`drakit.sysfs`,
+:mod:`drakit.cpuset`, :mod:`drakit.strategies`,
 :mod:`drakit.strategy_models`, :mod:`drakit.deviceclasses`, :mod:`drakit.admission` (what a
 backend's pod mutator implements), :mod:`drakit.clikit` (what a ``drakit`` command is built
 from), :mod:`drakit.simseam` (how production code finds simulators), and for tests

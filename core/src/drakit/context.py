@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from drakit.config import PluginSettings
 from drakit.errors import PermanentError
 from drakit.models import ClaimInfo, NodeInfo, PreparedDevice
+from drakit.statefiles import StateDir
 from drakit.strategy_models import SelectionRequest, SelectionResult
 
 __all__ = ["Members", "PluginContext"]
@@ -67,6 +68,10 @@ class PluginContext:
             composite and its members, ``docs/composite.md``) publishes every physical device
             as a counter set its devices consume, so that devices built from it can share it.
         members: prepare devices through the plugins that own them (:class:`Members`).
+        state: this plugin's own directory for state files, ``<state-dir>/plugin_state/<name>/``
+            under the node's ``--state-dir`` (:class:`drakit.statefiles.StateDir`: atomic,
+            checksummed files, quarantined when damaged; created on first write). A backend
+            keeps what it must remember across a crash there and nowhere else.
     """
 
     name: str
@@ -80,6 +85,7 @@ class PluginContext:
     dropped_fields: Callable[[], frozenset[str]] = frozenset
     peers: Mapping[str, str] = field(default_factory=dict)
     members: Members = field(default_factory=Members)
+    state: StateDir = field(default_factory=StateDir)
 
     @property
     def shares_driver(self) -> bool:

@@ -32,6 +32,7 @@ Lifecycle, in order:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import pluggy
@@ -51,7 +52,7 @@ from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClai
 
 PROJECT = "drakit"
 
-API_VERSION = "1.0"
+API_VERSION = "1.1"
 """The version of this hook contract (``major.minor``), promised in ``docs/compatibility.md``.
 
 A minor version adds hooks or optional parameters; a major version removes or changes one. A
@@ -172,7 +173,7 @@ def drakit_parse_config(
 
 @hookspec(firstresult=True)
 def drakit_prepare_devices(
-    claim: ClaimInfo, held: Sequence[PreparedDevice]
+    claim: ClaimInfo, held: Sequence[PreparedDevice], held_claims: AbstractSet[str]
 ) -> Sequence[PreparedDevice] | None:
     """Prepare this plugin's devices of an allocated claim.
 
@@ -186,6 +187,10 @@ def drakit_prepare_devices(
         held: what this plugin prepared for every *other* claim still prepared on the node
             (from the checkpoint), so it never hands out a resource another claim holds (e.g.
             exclusive CPUs). Calls for one driver are serialised, so this view is consistent.
+        held_claims: the UIDs of every *other* claim the driver's checkpoint holds, including
+            claims rebuilt from their CDI specs after the checkpoint was damaged, whose
+            ``held`` entries are unknown (since hook API 1.1). A backend that keeps its own
+            state file never treats what it recorded for one of these claims as stale.
 
     Returns:
         One :class:`~drakit.models.PreparedDevice` per device, with the CDI container edits to

@@ -147,7 +147,6 @@ def ainic_node(profile: str, **ainic: Any) -> Iterator[AinicNode]:
     with tempfile.TemporaryDirectory(prefix="drakit-ainic-", dir=fast_tmp()) as tmp:
         base = Path(tmp)
         sim = build_sim_node(profile, base / "root", node_name=NODE)
-        ainic.setdefault("state_dir", str(base / "ainic-state"))
         with (
             SriovKernel(get_profile(profile), sim.root) as kernel,
             run_node({"plugins": {"amd_ainic": ainic}}, sim, state_dir=base / "node") as running,

@@ -19,7 +19,7 @@ BASE = {"apiVersion": "ainic.drakit.io/v1alpha1", "kind": "NicConfig"}
 @pytest.fixture
 def host(tmp_path: Path, drakit_sim_node: SimNodeFactory, drakit_host: HostFactory) -> SimHost:
     node = drakit_sim_node("minimal-1s", node_name="n")
-    return drakit_host({"plugins": {"amd_ainic": {"state_dir": str(tmp_path)}}}, node)
+    return drakit_host({"plugins": {"amd_ainic": {}}}, node)
 
 
 def test_a_full_config_parses(host: SimHost) -> None:

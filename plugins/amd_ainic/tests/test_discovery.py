@@ -51,7 +51,6 @@ def roots(nodes: dict[str, SimNode]) -> dict[str, Path]:
 @pytest.fixture
 def discover(nodes: dict[str, SimNode], tmp_path: Path) -> Discover:
     def run(profile: str, **ainic: Any) -> dict[str, Device]:
-        ainic.setdefault("state_dir", str(tmp_path / "state"))
         with open_host({"plugins": {"amd_ainic": ainic}}, nodes[profile]) as host:
             return {k.device: d for k, d in host.discover().devices.items()}
 
@@ -225,7 +224,7 @@ def test_rails_and_fabric_from_map_and_file(discover: Discover, tmp_path: Path) 
 
 
 def test_nothing_published_without_ainics(tmp_path: Path, drakit_sim_node: SimNodeFactory) -> None:
-    config = {"plugins": {"amd_ainic": {"state_dir": str(tmp_path / "s")}}}
+    config: dict[str, Any] = {"plugins": {"amd_ainic": {}}}
     with open_host(config, drakit_sim_node("dgx-h100", node_name="n")) as host:
         assert not host.discover().devices
 
@@ -235,7 +234,6 @@ def test_the_mixed_modes_example_loads_and_publishes(
 ) -> None:
     example = Path(__file__).parent.parent / "examples" / "mixed-modes.yaml"
     raw = yaml.safe_load(example.read_text())
-    raw["plugins"]["amd_ainic"]["state_dir"] = str(tmp_path / "x")
     with open_host(raw, nodes["h200-8gpu-8ainic-sriov"]) as host:
         devs = {k.device: attrs(d) for k, d in host.discover().devices.items()}
     assert {n: a["type"] for n, a in devs.items()} == {
@@ -256,7 +254,7 @@ def test_rediscovery_reads_again_what_can_change_and_reuses_what_cannot(tmp_path
     """A running plugin's next round: unchanged VFs are the same objects, changes show."""
     root = build_profile("h200-8gpu-8ainic-sriov", tmp_path / "r")
     host = PluginHost(
-        DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": str(tmp_path)}}),
+        DrakitSettings(state_dir=tmp_path, plugins={"amd_ainic": {"default_mode": "vf"}}),
         NodeInfo(name="n1", sysfs_root=str(root)),
     )
 
@@ -300,7 +298,7 @@ def test_rediscovery_reads_a_class_link_made_again_under_another_function() -> N
     with tempfile.TemporaryDirectory(prefix="drakit-ainic-relink-", dir=fast_tmp()) as tmp:
         root = build_profile("h200-8gpu-8ainic-sriov", Path(tmp) / "r")
         host = PluginHost(
-            DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": tmp}}),
+            DrakitSettings(state_dir=Path(tmp), plugins={"amd_ainic": {"default_mode": "vf"}}),
             NodeInfo(name="n1", sysfs_root=str(root)),
         )
         names = ("ainic-0-vf-1", "ainic-0-vf-2")
@@ -332,9 +330,7 @@ def test_uverbs_node_is_the_rdma_devices_whatever_else_the_function_holds(
 
     def function(device: str) -> Any:
         host = PluginHost(  # a fresh plugin: nothing cached from an earlier round
-            DrakitSettings(
-                plugins={"amd_ainic": {"default_mode": "vf", "state_dir": str(tmp_path)}}
-            ),
+            DrakitSettings(state_dir=tmp_path, plugins={"amd_ainic": {"default_mode": "vf"}}),
             NodeInfo(name="n1", sysfs_root=str(root)),
         )
         host.discover()
@@ -375,7 +371,6 @@ def test_rails_and_fabric_from_node_labels_under_the_file_and_maps(
         DrakitSettings(
             plugins={
                 "amd_ainic": {
-                    "state_dir": str(tmp_path / "s"),
                     "topology_file": str(topo),
                     "rails": {"enp94s0": 0},
                 }
@@ -400,6 +395,42 @@ def test_rails_and_fabric_from_node_labels_under_the_file_and_maps(
     assert (attrs(again["ainic-0"])["rail"], attrs(again["ainic-0"]).get("fabric")) == (6, None)
 
 
+@pytest.mark.parametrize("bad", ["99999999999999999999", "\u00b2", "\u0663", "1" * 63, "-1"])
+def test_a_rail_label_out_of_range_is_skipped_and_named_not_fatal(
+    roots: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: str
+) -> None:
+    """Issue 30, class 3: values the API server accepts for a label but no rail can be."""
+    labels = {"ainic.drakit.io/rail.enp24s0": bad, "ainic.drakit.io/rail.enp64s0": "3"}
+    host = PluginHost(
+        DrakitSettings(state_dir=tmp_path, plugins={"amd_ainic": {}}),
+        NodeInfo(name="n1", sysfs_root=str(roots["h200-8gpu-8ainic"]), labels=labels),
+    )
+    devs = {k.device: attrs(d) for k, d in host.discover().devices.items()}
+    assert devs["ainic-0"].get("rail") is None
+    assert devs["ainic-1"]["rail"] == 3  # the good label still applies
+    assert "ainic.drakit.io/rail.enp24s0=" in caplog.text
+    assert "a rail is a whole number from 0 to 999999999" in caplog.text
+
+
+def test_one_nic_with_an_attribute_drakit_refuses_is_skipped_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30, class 3: a netdev name over 64 bytes (a DRA string attribute's limit)."""
+    root = build_profile("h200-8gpu-8ainic", tmp_path / "r")
+    net = real(root, "0000:18:00.0") / "net"
+    [old] = os.listdir(net)
+    os.rename(net / old, net / ("x" * 70))
+    host = PluginHost(
+        DrakitSettings(state_dir=tmp_path / "s", plugins={"amd_ainic": {}}),
+        NodeInfo(name="n1", sysfs_root=str(root)),
+    )
+    names = {k.device for k in host.discover().devices}
+    assert "ainic-0" not in names
+    assert {f"ainic-{i}" for i in range(1, 8)} <= names
+    assert "ainic-0 (0000:18:00.0) is not published:" in caplog.text
+    assert "at most 64 are allowed" in caplog.text
+
+
 def test_node_labels_off_or_a_bad_prefix(discover: Discover) -> None:
     with pytest.raises(ConfigInvalid) as e:
         discover("h200-8gpu-8ainic", node_labels="Not A Prefix")
@@ -410,7 +441,7 @@ def test_node_labels_off_or_a_bad_prefix(discover: Discover) -> None:
 def test_rediscovery_follows_the_virtfn_links(tmp_path: Path) -> None:
     root = build_profile("h200-8gpu-8ainic-sriov", tmp_path / "r")
     host = PluginHost(
-        DrakitSettings(plugins={"amd_ainic": {"default_mode": "vf", "state_dir": str(tmp_path)}}),
+        DrakitSettings(state_dir=tmp_path, plugins={"amd_ainic": {"default_mode": "vf"}}),
         NodeInfo(name="n1", sysfs_root=str(root)),
     )
 

@@ -14,6 +14,7 @@ from drakit.host.settings import DrakitSettings
 from drakit.models import AllocatedDevice, ClaimInfo, ClaimRef, NodeInfo
 from drakit.prepare.pipeline import DriverState
 from drakit.sim import build_profile, get_profile
+from drakit.statefiles import StateDir
 from drakit.strategy_models import SelectionRequest
 from drakit.testing import ClaimStore
 from drakit_amd_ainic.ledger import Ledger
@@ -106,7 +107,7 @@ def test_vf_mode_applies_vf_settings_and_unprepare_resets_them() -> None:
         }
         assert (vf_if / "mtu").read_text().strip() == "9000"
         assert len(os.listdir(vf_if / "queues")) == 8  # back to the VF's 4 queue pairs
-        assert Ledger(node.plugin.preparer.ledger.dir).load().assignments == []
+        assert Ledger(StateDir(node.plugin.preparer.ledger.dir)).load().assignments == []
 
 
 def test_shares_get_their_own_vf_created_on_demand_and_removed_when_idle() -> None:
@@ -224,7 +225,7 @@ def test_a_vf_left_by_a_lost_claim_is_reset_by_the_next_prepare() -> None:
                 ),
             ),
         )
-        node.plugin.drakit_prepare_devices(lost, [])
+        node.plugin.drakit_prepare_devices(lost, [], frozenset())
         assert node.numvfs(pf) == 2
         assert vf_settings(node.root, pf)[0]["max_tx_rate_mbps"] == 25_000
         other = node.add("other", [("nic", "ainic-6", None)])
@@ -280,20 +281,20 @@ def test_the_ledger_is_read_once_and_a_failed_write_is_not_kept_in_memory() -> N
         ledger.path.write_text('{"assignments": [], "on_demand": {}}')  # not read again
         b = node.add("b", [("nic", "ainic-0", SHARE)])
         assert not node.prepare(b)[b.uid].error
-        held = {x.claim for x in Ledger(ledger.dir).load().assignments}
+        held = {x.claim for x in Ledger(StateDir(ledger.dir)).load().assignments}
         assert held == {a.uid, b.uid}, on_disk
         # a write that fails (a directory where the temp file goes) fails the claim, leaves
         # the file as it was, and is not kept: the next prepare reads the file again
         tmp = ledger.dir / ".vf-ledger.json.tmp"
         tmp.mkdir()
         c = node.add("c", [("nic", "ainic-0", SHARE)])
-        assert "cannot write the VF ledger" in node.prepare(c)[c.uid].error
+        assert "vf-ledger.json.tmp is a directory" in node.prepare(c)[c.uid].error
         tmp.rmdir()
-        assert {x.claim for x in Ledger(ledger.dir).load().assignments} == {a.uid, b.uid}
+        assert {x.claim for x in Ledger(StateDir(ledger.dir)).load().assignments} == {a.uid, b.uid}
         assert {x.claim for x in ledger.load().assignments} == {a.uid, b.uid}
         res = node.unprepare(a, b, c)
         assert not any(r.error for r in res.values()), res
-        assert Ledger(ledger.dir).load().assignments == []
+        assert Ledger(StateDir(ledger.dir)).load().assignments == []
 
 
 def test_after_a_reboot_the_ledger_is_void_and_every_share_is_prepared_again(
@@ -312,9 +313,9 @@ def test_after_a_reboot_the_ledger_is_void_and_every_share_is_prepared_again(
     settings = DrakitSettings(
         sysfs_root=root,
         node_name=NODE,
+        state_dir=tmp_path / "state",
         plugins={
             "amd_ainic": {
-                "state_dir": str(tmp_path / "ledger"),
                 "default_mode": "shared",
                 "vf_limit": 2,
             }
@@ -379,6 +380,9 @@ def test_after_a_reboot_the_ledger_is_void_and_every_share_is_prepared_again(
         assert vfs == {0, 1}
         assert [r.error for r in state.unprepare(refs).values()] == ["", ""]
         assert not list(pf_dir.glob("virtfn*")), "and removed once idle"
-        assert Ledger(tmp_path / "ledger").load().on_demand == {}
+        assert (
+            Ledger(StateDir(tmp_path / "state" / "plugin_state" / "amd_ainic")).load().on_demand
+            == {}
+        )
         assert kernel.refused == []
         state.close()

@@ -63,7 +63,7 @@ def trees() -> Iterator[dict[str, Path]]:
 
 
 def _host(root: Path, mode: str, state: Path) -> PluginHost:
-    cfg = {**MODES[mode], "state_dir": str(state)}
+    cfg = {**MODES[mode]}
     return PluginHost(
         DrakitSettings(plugins={"amd_ainic": cfg}), NodeInfo(name="n1", sysfs_root=str(root))
     )

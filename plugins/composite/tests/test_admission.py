@@ -194,6 +194,9 @@ def test_readmission_is_idempotent(host: PluginHost) -> None:
         ({PAIRS_ANNOTATION: "four"}, PAIRS_ANNOTATION),
         ({PAIRS_ANNOTATION: "0"}, PAIRS_ANNOTATION),
         ({PAIRS_ANNOTATION: "129"}, PAIRS_ANNOTATION),
+        ({PAIRS_ANNOTATION: "\u00b2"}, PAIRS_ANNOTATION),  # a digit to str.isdigit, not to int
+        ({PAIRS_ANNOTATION: "\u0663"}, PAIRS_ANNOTATION),  # Arabic-Indic 3: not a count here
+        ({PAIRS_ANNOTATION: "9" * 5000}, PAIRS_ANNOTATION),  # beyond int()'s digit limit
         ({PAIRS_ANNOTATION: "2", POLICY_ANNOTATION: "strict"}, POLICY_ANNOTATION),
     ],
 )
@@ -205,6 +208,7 @@ def test_bad_annotations_are_refused_naming_the_annotation(
     [(path, message)] = info.value.errors
     assert path == f"metadata.annotations[{named}]"
     assert "use one of" in message or "example" in message
+    assert len(message) < 300
 
 
 def test_a_taken_claim_name_is_refused(host: PluginHost) -> None:

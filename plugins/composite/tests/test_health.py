@@ -35,7 +35,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
         health={"taint_unhealthy": True},
         plugins={
             "nvidia_gpu": {"driver": DRIVER},
-            "amd_ainic": {"driver": DRIVER, "state_dir": str(tmp_path / "ainic")},
+            "amd_ainic": {"driver": DRIVER},
             "composite": {"driver": DRIVER},
         },
     )

@@ -320,11 +320,12 @@ def test_shares_and_pairs_publish_together_in_one_pool() -> None:
 def test_a_share_that_does_not_fit_rolls_back_the_pair_in_its_claim(tmp_path: Path) -> None:
     p = {
         "nvidia_gpu": {},
-        "amd_ainic": {"state_dir": str(tmp_path / "ainic")},
+        "amd_ainic": {},
         "cpu": {},
         "composite": {"driver": DRIVER, "locked": [{"plugin": "cpu", "shares": 4}]},
     }
-    with open_host(DrakitSettings(profile=PROFILE, plugins=p)) as h:
+    settings = DrakitSettings(profile=PROFILE, plugins=p, state_dir=tmp_path / "state")
+    with open_host(settings) as h:
         claims = ClaimStore(copy=False)
         state = DriverState(
             DRIVER, h, claims, state_dir=tmp_path / "state", cdi_dir=tmp_path / "cdi", boot_id="b"
@@ -361,3 +362,33 @@ def test_a_share_that_does_not_fit_rolls_back_the_pair_in_its_claim(tmp_path: Pa
             assert "DRAKIT_CPU_NUMA_0_SHARE_0_MEMBER=cpu-numa-0" in env
         finally:
             state.close()
+
+
+def test_a_damaged_checkpoint_keeps_a_prepared_shares_group_held(
+    pipeline: tuple[DriverState, ClaimStore, Path],
+) -> None:
+    """Issue 30, class 1: after recovery a share still holds its CPU group against lone claims
+    and against sibling shares (its CPUs are unknown), never against other groups."""
+    state, claims, tmp = pipeline
+    node = state.host.node.name
+    share = claim(claims, node, [{"device": "cpu-numa-0-share-0"}])
+    assert state.prepare([share])[share.uid].error == ""
+    (tmp / "state" / DRIVER / "checkpoint.json").write_text("[]")
+    lone = claim(
+        claims,
+        node,
+        [{"device": "cpu-numa-0", "consumedCapacity": {"cpu": "28"}, "shareID": str(uuid.uuid4())}],
+    )
+    err = state.prepare([lone])[lone.uid].error
+    assert f"device 'cpu-numa-0' is shared with claim with UID {share.uid}" in err, err
+    assert "whose checkpoint record was lost" in err
+    sibling = claim(claims, node, [{"device": "cpu-numa-0-share-1"}])
+    err = state.prepare([sibling])[sibling.uid].error
+    assert "member devices cpu-numa-0 of plugin 'cpu' are held by claims" in err, err
+    assert share.uid in err
+    assert "checkpoint.json was lost" in err
+    assert not list((tmp / "cdi").glob(f"*{sibling.uid}*"))
+    elsewhere = claim(claims, node, [{"device": "cpu-numa-1-share-0"}])
+    assert state.prepare([elsewhere])[elsewhere.uid].error == ""
+    assert state.unprepare([share])[share.uid].error == ""
+    assert state.prepare([sibling])[sibling.uid].error == ""

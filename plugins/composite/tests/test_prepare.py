@@ -65,10 +65,13 @@ def open_pipeline(host: PluginHost, tmp_path: Path) -> Iterator[Pipeline]:
 def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     plugins = {
         "nvidia_gpu": {"driver": DRIVER},
-        "amd_ainic": {"driver": DRIVER, "state_dir": str(tmp_path / "ainic")},
+        "amd_ainic": {"driver": DRIVER},
         "composite": {"driver": DRIVER},
     }
-    with open_host(DrakitSettings(profile="h200-8gpu-8ainic", plugins=plugins)) as host:
+    settings = DrakitSettings(
+        profile="h200-8gpu-8ainic", plugins=plugins, state_dir=tmp_path / "state"
+    )
+    with open_host(settings) as host:
         host.discover()
         with open_pipeline(host, tmp_path) as p:
             yield p
@@ -182,12 +185,13 @@ def test_a_pair_with_a_shared_mode_nic_gets_a_vf_of_it_like_a_share(tmp_path: Pa
         "nvidia_gpu": {"driver": DRIVER},
         "amd_ainic": {
             "driver": DRIVER,
-            "state_dir": str(tmp_path / "ainic"),
             "nics": [{"select": {"pf_names": ["enp24s0"]}, "mode": "shared", "vf_limit": 4}],
         },
         "composite": {"driver": DRIVER},
     }
-    settings = DrakitSettings(sysfs_root=root, node_name="n", plugins=plugins)
+    settings = DrakitSettings(
+        sysfs_root=root, node_name="n", plugins=plugins, state_dir=tmp_path / "state"
+    )
     with SriovKernel(spec, root), open_host(settings) as host:
         found = host.discover()
         [pair] = [
@@ -209,3 +213,30 @@ def test_a_pair_with_a_shared_mode_nic_gets_a_vf_of_it_like_a_share(tmp_path: Pa
             assert p.state.unprepare([ref])[ref.uid].error == ""
             assert ref.uid not in p.checkpoint()
             assert list(pf.resolve().glob("virtfn*")) == []  # the idle pool's VFs are removed
+
+
+@pytest.mark.parametrize("damage", ["junk", "deleted"])
+def test_a_damaged_checkpoint_keeps_a_prepared_pairs_members_held(
+    pipeline: Pipeline, damage: str
+) -> None:
+    """Issue 30, class 1: after recovery from the CDI specs a pair still holds its GPU and NIC."""
+    p = pipeline
+    gpu, nic = members_of(p, "pair-3")
+    ref = allocated(p, ["pair-3"])
+    assert p.state.prepare([ref])[ref.uid].error == ""
+    path = p.state_dir / DRIVER / "checkpoint.json"
+    if damage == "junk":
+        path.write_text("{ junk")
+    else:
+        path.unlink()
+    for member in (gpu, nic):
+        lone = allocated(p, [member])
+        err = p.state.prepare([lone])[lone.uid].error
+        assert f"device {member!r} is still prepared for claim with UID {ref.uid}" in err, err
+        assert "recovered from its CDI spec" in err
+        assert not list(p.cdi_dir.glob(f"*{lone.uid}*"))
+    other = allocated(p, ["pair-4"])  # a pair of other members is served
+    assert p.state.prepare([other])[other.uid].error == ""
+    assert p.state.unprepare([ref])[ref.uid].error == ""
+    lone = allocated(p, [gpu])  # the kubelet unprepared the pair: its GPU is free
+    assert p.state.prepare([lone])[lone.uid].error == ""

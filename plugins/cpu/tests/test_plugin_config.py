@@ -76,6 +76,10 @@ def test_other_kinds_are_not_ours() -> None:
         ({"policy": "distributed", "preferUncore": True}, "preferUncore", "only applies to"),
         ({"policy": "packed", "groupSize": 2}, "groupSize", "only applies to policy 'distributed'"),
         ({"policy": "spread", "fullPCPUsOnly": True}, "fullPCPUsOnly", "mutually exclusive"),
+        # issue 30: refused, not coerced ("yes" was True, "2" was 2)
+        ({"policy": "packed", "preferUncore": "yes"}, "preferUncore", "valid boolean"),
+        ({"policy": "distributed", "groupSize": "2"}, "groupSize", "valid integer"),
+        ({"fullPCPUsOnly": 1}, "fullPCPUsOnly", "valid boolean"),
     ],
 )
 def test_invalid_config_names_the_field(fields: dict[str, Any], field: str, message: str) -> None:

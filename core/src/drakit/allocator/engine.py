@@ -46,6 +46,7 @@ __all__ = [
     "AllocationError",
     "Allocator",
     "RequestData",
+    "SearchCutOff",
     "consumed_capacity",
     "taint_blocking",
 ]
@@ -59,6 +60,17 @@ DEFAULT_BUDGET = 2_000_000
 
 class AllocationError(DrakitError):
     """Allocation on this node cannot even be attempted, or was aborted (like a Filter error)."""
+
+
+class SearchCutOff(AllocationError):
+    """The search spent its step budget without an answer (neither fits nor cannot fit)."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(
+            f"search cut off after {steps} steps: the claim has too many equivalent choices to "
+            "try them all (kube-scheduler stops a Filter after 10 s); whether it fits is unknown"
+        )
+        self.steps = steps
 
 
 class _Stop(Exception):
@@ -279,7 +291,7 @@ class Allocator:
         slices: Every ResourceSlice in the cluster (those for other nodes are ignored).
         classes: DeviceClasses by name.
         allocated: Claims already allocated (their devices, shares and counters are in use).
-        budget: Search steps before :class:`AllocationError`.
+        budget: Search steps before :class:`SearchCutOff` (an :class:`AllocationError`).
         share_ids: Makes share IDs (default: random UUIDs, as the scheduler).
         state: What ``allocated`` holds, when already collected (for many nodes at once).
     """
@@ -504,10 +516,7 @@ class Allocator:
     ) -> bool:
         self.steps += 1
         if self.steps > self.budget:
-            raise AllocationError(
-                f"gave up after {self.budget} search steps (kube-scheduler stops a Filter after "
-                "10 s); the claim has too many equivalent choices"
-            )
+            raise SearchCutOff(self.budget)
         if ci >= len(self.claims):
             return True
         claim = self.claims[ci]

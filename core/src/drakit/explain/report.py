@@ -35,6 +35,7 @@ from drakit.allocator import (
 from drakit.allocator.engine import (
     AllocatedState,
     RequestData,
+    SearchCutOff,
     consumed_capacity,
     taint_blocking,
 )
@@ -265,13 +266,38 @@ def _without(claim: ResourceClaim, drop: Iterable[int]) -> ResourceClaim:
     return claim.model_copy(update={"spec": spec})
 
 
+EXPLAIN_STEPS = 50_000
+"""Search steps for one node's explanation, shared by the allocation and every relaxation of it
+(a second or two): an impossible constraint over many devices answers "search cut off
+after N steps" instead of searching for minutes."""
+
+
 def _fresh(alloc: Allocator) -> Allocator:
+    """A clone of ``alloc`` for one relaxed search, with what is left of its step budget."""
     clone = Allocator.__new__(Allocator)
     clone.__dict__.update(
-        {k: alloc.__dict__[k] for k in ("node", "classes", "state", "pools", "budget", "_share_id")}
+        {k: alloc.__dict__[k] for k in ("node", "classes", "state", "pools", "_share_id")}
     )
+    clone.budget = max(alloc.budget - alloc.steps, 0)
     clone.steps = 0
     return clone
+
+
+def _relaxed(alloc: Allocator, claim: ResourceClaim, cut: list[str]) -> Any:
+    """Allocate ``claim`` on a clone of ``alloc``; its steps count against ``alloc``'s budget.
+
+    ``None`` when it cannot be allocated or the search was cut off (then ``cut`` gets why).
+    """
+    clone = _fresh(alloc)
+    try:
+        return clone.allocate([claim])
+    except SearchCutOff as e:
+        cut.append(str(e))
+        return None
+    except AllocationError:
+        return None
+    finally:
+        alloc.steps += clone.steps
 
 
 def _results(out: Any) -> list[dict[str, Any]]:
@@ -283,11 +309,9 @@ def _constraint_reasons(
 ) -> list[Reason]:
     constraints = claim.spec.devices.constraints
     reasons: list[Reason] = []
+    cut: list[str] = []
     for i, c in enumerate(constraints):
-        try:
-            out = _fresh(alloc).allocate([_without(claim, [i])])
-        except AllocationError:
-            out = None
+        out = _relaxed(alloc, _without(claim, [i]), cut)
         if out is None:
             continue
         over = [
@@ -332,11 +356,8 @@ def _constraint_reasons(
             )
         )
     if reasons or not constraints:
-        return reasons
-    try:
-        out = _fresh(alloc).allocate([_without(claim, range(len(constraints)))])
-    except AllocationError:
-        out = None
+        return reasons + _cut_reason(cut)
+    out = _relaxed(alloc, _without(claim, range(len(constraints))), cut)
     if out is not None:
         return [
             Reason(
@@ -346,7 +367,20 @@ def _constraint_reasons(
                 + "; ".join(c.show() for c in constraints),
             )
         ]
-    return []
+    return _cut_reason(cut)
+
+
+def _cut_reason(cut: list[str]) -> list[Reason]:
+    if not cut:
+        return []
+    return [
+        Reason(
+            request="",
+            kind="error",
+            message=f"{cut[0]}; the reasons given may be incomplete (explain searches at most "
+            f"{EXPLAIN_STEPS} steps per node)",
+        )
+    ]
 
 
 def explain_node(alloc: Allocator, claim: ResourceClaim) -> NodeExplanation:
@@ -418,7 +452,10 @@ def explain(
     return Explanation(
         claim=claim.ref,
         allocated=[r.to_api() for r in existing.devices.results] if existing else None,
-        nodes=[explain_node(Allocator(n, slices, classes, state=state), claim) for n in nodes],
+        nodes=[
+            explain_node(Allocator(n, slices, classes, state=state, budget=EXPLAIN_STEPS), claim)
+            for n in nodes
+        ],
     )
 
 

@@ -19,6 +19,7 @@ from drakit.allocator import DeviceClass, Node, ResourceClaim, ResourceSlice
 from drakit.allocator.api import DeviceTaintRule, apply_taint_rules
 from drakit.config import validation_errors
 from drakit.errors import ConfigInvalid, NotFoundError
+from drakit.host.settings import yaml_shape_problem
 
 if TYPE_CHECKING:
     from drakit.kube import KubeClient
@@ -28,6 +29,9 @@ __all__ = ["Inputs", "from_cluster", "from_files", "read_objects"]
 RESOURCE = "/apis/resource.k8s.io/v1"
 
 _M = TypeVar("_M", bound=BaseModel)
+
+MAX_SOURCE_BYTES = 256 * 1024 * 1024
+"""One file of slices, claims or classes is at most this large."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,14 @@ def read_objects(paths: Iterable[Path]) -> list[dict[str, Any]]:
         )
         for f in files:
             try:
-                docs = list(yaml.safe_load_all(f.read_text(encoding="utf-8")))
-            except (OSError, yaml.YAMLError) as e:
+                text = f.read_text(encoding="utf-8")
+                # a cluster's objects: larger and deeper than a configuration, never unbounded
+                problem = yaml_shape_problem(text, max_bytes=MAX_SOURCE_BYTES, max_depth=64)
+                docs = [] if problem else list(yaml.safe_load_all(text))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
                 raise ConfigInvalid([("", f"cannot read: {e}")], source=str(f)) from None
+            if problem:
+                raise ConfigInvalid([("", problem)], source=str(f))
             for doc in docs:
                 if isinstance(doc, dict) and isinstance(doc.get("items"), list):
                     out += [d for d in doc["items"] if isinstance(d, dict)]

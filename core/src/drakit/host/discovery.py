@@ -9,14 +9,18 @@ into the snapshot a node publishes and prepares from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from drakit.errors import PermanentError
+from drakit.errors import DrakitError, PermanentError
 from drakit.models import Device, DeviceAttribute, DeviceInventory, DeviceKey, NodeInfo
 
 __all__ = ["Discovered", "HookCaller", "discover"]
+
+log = logging.getLogger(__name__)
 
 HookCaller = Callable[[str, str], Callable[..., Any]]
 """(plugin, hook) -> the caller of that hook on that plugin alone."""
@@ -30,6 +34,8 @@ class Discovered:
     owners: dict[DeviceKey, str] = field(default_factory=dict)
     counter_sets: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
     """Counter sets per (driver, pool)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Plugins whose discovery failed and was tolerated (``tolerate``) -> the error."""
 
     def by_driver(self) -> dict[str, list[Device]]:
         """Devices grouped by driver name, in discovery order (what a backend's tests check)."""
@@ -44,6 +50,7 @@ def discover(
     drivers: Mapping[str, str],
     registered: Sequence[str],
     only: HookCaller,
+    tolerate: Collection[str] = (),
 ) -> Discovered:
     """Run discovery, enrichment and composition.
 
@@ -52,6 +59,9 @@ def discover(
         drivers: backend plugin name -> its DRA driver, in configuration order.
         registered: every registered plugin (backends, strategies, extras): all may enrich.
         only: the caller of one hook on one plugin.
+        tolerate: backends whose failure (in discovery or composition, or an invalid result)
+            is recorded in :attr:`Discovered.failed` and skipped, so the others' devices are
+            still discovered (the node: a backend that cannot start must not stop the rest).
 
     Raises:
         PermanentError: a plugin returned something invalid (duplicate device, conflicting
@@ -59,18 +69,46 @@ def discover(
     """
     out = Discovered()
     for name, driver in drivers.items():
-        inv = only(name, "drakit_discover_devices")(node=node)
-        _add_inventory(out, node, name, driver, inv)
+        with _isolated(out, name, tolerate):
+            inv = only(name, "drakit_discover_devices")(node=node)
+            _add_inventory(out, node, name, driver, inv, check_first=name in tolerate)
     _enrich(out, node, registered, only)
     for name, driver in drivers.items():
-        inv = only(name, "drakit_compose_devices")(
-            node=node, devices=dict(out.devices), owners=dict(out.owners)
-        )
-        _add_inventory(out, node, name, driver, inv)
+        if name in out.failed:
+            continue
+        with _isolated(out, name, tolerate):
+            inv = only(name, "drakit_compose_devices")(
+                node=node, devices=dict(out.devices), owners=dict(out.owners)
+            )
+            _add_inventory(out, node, name, driver, inv, check_first=name in tolerate)
     return out
 
 
-def _add_inventory(out: Discovered, node: NodeInfo, plugin: str, driver: str, result: Any) -> None:
+@contextmanager
+def _isolated(out: Discovered, name: str, tolerate: Collection[str]) -> Iterator[None]:
+    """Record a tolerated plugin's failure in ``out.failed`` instead of raising it."""
+    try:
+        yield
+    except DrakitError as e:
+        if name not in tolerate:
+            raise
+        out.failed[name] = str(e)
+        log.error("backend %r is skipped: %s", name, e)
+
+
+def _add_inventory(
+    out: Discovered,
+    node: NodeInfo,
+    plugin: str,
+    driver: str,
+    result: Any,
+    *,
+    check_first: bool = False,
+) -> None:
+    """Add one plugin's result; ``check_first``: all or nothing (it is checked before adding)."""
+    if check_first:
+        trial = Discovered(devices=dict(out.devices), owners=dict(out.owners))
+        _add_inventory(trial, node, plugin, driver, result)
     results = result if isinstance(result, list) else [result]
     for inv in results:
         if inv is None:

@@ -17,7 +17,7 @@ what a user previews is exactly what a node publishes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -48,6 +48,8 @@ class InventorySnapshot:
     _owners: Mapping[_Key, str] = field(default_factory=_empty, repr=False)
     _devices: Mapping[_Key, Device] = field(default_factory=_empty, repr=False)
     _by_driver: Mapping[str, tuple[DeviceKey, ...]] = field(default_factory=_empty, repr=False)
+    failed: Mapping[str, str] = field(default_factory=_empty)
+    """Backends whose discovery failed this round and were skipped -> the error (the node)."""
 
     def owner_of(self, key: DeviceKey) -> str | None:
         """The plugin that discovered a device in this round, if any."""
@@ -94,12 +96,17 @@ def _snapshot(disc: Discovered, pools: list[PoolSpec]) -> InventorySnapshot:
         _owners=MappingProxyType(owners),
         _devices=MappingProxyType(devices),
         _by_driver=MappingProxyType({d: tuple(keys) for d, keys in by_driver.items()}),
+        failed=MappingProxyType(dict(disc.failed)),
     )
 
 
-def build_inventory(host: PluginHost) -> InventorySnapshot:
-    """Discover through ``host``, order each plugin's devices by its strategy, group into pools."""
-    disc = host.discover()
+def build_inventory(host: PluginHost, tolerate: Collection[str] = ()) -> InventorySnapshot:
+    """Discover through ``host``, order each plugin's devices by its strategy, group into pools.
+
+    ``tolerate``: backends whose discovery may fail; they are skipped and named in
+    :attr:`InventorySnapshot.failed`.
+    """
+    disc = host.discover(tolerate)
     per_plugin: dict[str, list[Device]] = {}
     for key, dev in disc.devices.items():
         per_plugin.setdefault(disc.owners[key], []).append(dev)
@@ -121,14 +128,20 @@ class Inventory:
 
     Args:
         host: the plugin host discovery runs through.
+        isolate: a backend that has no device in the current snapshot (at start-up, every
+            backend; later, one that never discovered anything) and whose discovery fails is
+            skipped and named in the snapshot's ``failed``, so the others are still served (the
+            node). A backend that had devices and then fails fails the round as before: the
+            previous snapshot, with its devices, stays current.
 
     Reading :attr:`current` takes no lock (one attribute read); :meth:`refresh` builds the
     next snapshot outside any reader's way and swaps it in one assignment. Rounds are
     serialised among themselves.
     """
 
-    def __init__(self, host: PluginHost) -> None:
+    def __init__(self, host: PluginHost, *, isolate: bool = False) -> None:
         self.host = host
+        self.isolate = isolate
         self._current: InventorySnapshot | None = None
         self._round = threading.Lock()
 
@@ -150,7 +163,11 @@ class Inventory:
             DrakitError: discovery failed; the previous snapshot stays current.
         """
         with self._round:
-            snap = build_inventory(self.host)
+            tolerate: frozenset[str] = frozenset()
+            if self.isolate:
+                owning = set(self.current._owners.values())
+                tolerate = frozenset(self.host.contexts) - owning
+            snap = build_inventory(self.host, tolerate)
             self._current = snap
             return snap
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from pydantic import BaseModel
@@ -31,6 +32,7 @@ from drakit.host.loader import HookRegistry, load_backends, load_strategies
 from drakit.host.members import MemberCalls, MemberSession
 from drakit.host.settings import DrakitSettings
 from drakit.models import ClaimInfo, Device, DeviceHealth, NodeInfo, PreparedDevice
+from drakit.statefiles import StateDir
 from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClaim, SimpleRequest
 
 __all__ = ["PluginHost"]
@@ -97,6 +99,8 @@ class PluginHost:
                 prepare=functools.partial(self._members.prepare, name),
                 unprepare=functools.partial(self._members.unprepare, name),
             ),
+            # "plugin_state" has an underscore, so no driver's directory (a DNS name) is it
+            state=StateDir(Path(self.settings.state_dir) / "plugin_state" / name),
         )
 
     def _dropped(self, driver: str) -> frozenset[str]:
@@ -138,14 +142,16 @@ class PluginHost:
 
     # -- discovery -----------------------------------------------------------------------------
 
-    def discover(self) -> Discovered:
+    def discover(self, tolerate: Collection[str] = ()) -> Discovered:
         """Run discovery, enrichment and composition (``drakit.host.inventory`` keeps the result).
+
+        ``tolerate``: backends whose failure is recorded in ``Discovered.failed`` instead.
 
         Raises:
             PermanentError: a plugin returned something invalid (duplicate device, conflicting
                 enrichment); the message names the plugin and device.
         """
-        return discover(self.node, self.driver_names(), self.registry.names(), self._only)
+        return discover(self.node, self.driver_names(), self.registry.names(), self._only, tolerate)
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -184,15 +190,19 @@ class PluginHost:
         claim: ClaimInfo,
         held: Sequence[PreparedDevice] = (),
         members: MemberSession | None = None,
+        held_claims: frozenset[str] = frozenset(),
     ) -> list[PreparedDevice]:
         """Call ``plugin``'s prepare hook for its devices of ``claim``.
 
         ``members`` serves the plugin's :attr:`PluginContext.members` during the call (the
-        prepare pipeline records member results in the checkpoint).
+        prepare pipeline records member results in the checkpoint); ``held_claims`` are the
+        other claims the driver holds (recovered ones included).
         """
         outer = self._members.lend(plugin, members)
         try:
-            res = self._only(plugin, "drakit_prepare_devices")(claim=claim, held=list(held))
+            res = self._only(plugin, "drakit_prepare_devices")(
+                claim=claim, held=list(held), held_claims=held_claims
+            )
         finally:
             self._members.restore(outer)
         if res is None:

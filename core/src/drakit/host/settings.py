@@ -60,6 +60,8 @@ MAX_FILE_BYTES = 1 << 20
 """A configuration file is at most 1 MiB."""
 MAX_DEPTH = 32
 """Mappings and lists nest at most this deep (the deepest real setting is 4 levels down)."""
+MAX_YAML_NODES = 1_000_000
+"""A YAML document expands to at most this many values, aliases included (a bound on work)."""
 MAX_PLUGINS = 64
 MAX_PATH = 4096
 
@@ -233,25 +235,55 @@ class DrakitSettings(BaseSettings):
         return (env_settings, init_settings)
 
 
-def yaml_shape_problem(text: str) -> str | None:
-    """Why the YAML text is too big or too deep to load (``None``: it is fine).
+def yaml_shape_problem(
+    text: str, *, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH
+) -> str | None:
+    """Why the YAML text is too big, too deep or expands too far to load (``None``: it is fine).
 
-    Reads the event stream (PyYAML's parser is not recursive), so a deeply nested document is
-    refused before the recursive composer sees it.
+    Reads the event stream (PyYAML's parser is not recursive and does not expand aliases), so
+    a deeply nested document is refused before the recursive composer sees it, and so is a
+    document whose aliases would expand to more than :data:`MAX_YAML_NODES` nodes (a "billion
+    laughs" of a few hundred bytes): each anchor's size is counted once, each alias adds the
+    size of what it names. The message names the line, never the expanded values.
     """
-    if len(text.encode("utf-8")) > MAX_FILE_BYTES:
-        return f"the file is over {MAX_FILE_BYTES // 1024} KiB; drakit configuration is far smaller"
-    depth = 0
+    if len(text.encode("utf-8")) > max_bytes:
+        return f"the file is over {max_bytes // 1024} KiB; drakit configuration is far smaller"
+    sizes: dict[str, int] = {}
+    frames: list[tuple[str | None, int]] = [(None, 0)]  # (anchor, nodes so far) per collection
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                mark = event.start_mark
-                where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-                return f"nested more than {MAX_DEPTH} levels deep{where}; no setting is that deep"
-        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
-            depth -= 1
+            if len(frames) > max_depth:
+                return (
+                    f"nested more than {max_depth} levels deep{_at(event)}; no setting is that deep"
+                )
+            frames.append((event.anchor, 1))
+            continue
+        if isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            anchor, n = frames.pop()
+            if anchor is not None:
+                sizes[anchor] = n
+            added = n
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+            added = 1
+        elif isinstance(event, yaml.AliasEvent):
+            added = sizes.get(str(event.anchor), 1)
+        else:
+            continue
+        anchor, n = frames[-1]
+        frames[-1] = (anchor, n + added)
+        if frames[-1][1] > MAX_YAML_NODES or frames[0][1] > MAX_YAML_NODES:
+            return (
+                f"its aliases (*name) expand to more than {MAX_YAML_NODES} values{_at(event)}; "
+                "write the values out or use fewer aliases"
+            )
     return None
+
+
+def _at(event: yaml.Event) -> str:
+    mark = event.start_mark
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

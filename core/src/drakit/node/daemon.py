@@ -110,6 +110,7 @@ class Node:
         self.probes: ProbeServer | None = None
         self._inventory: Inventory | None = None
         self._unhealthy: Unhealthy = set()
+        self._failed: dict[str, str] = {}
         self._stack = ExitStack()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -136,7 +137,7 @@ class Node:
             self._stack.enter_context(grpc_initialised())
         self.host = self._stack.enter_context(open_host(s))
         self.host.on_plugin_error = self._plugin_error
-        self._inventory = Inventory(self.host)
+        self._inventory = Inventory(self.host, isolate=True)  # one backend cannot stop the rest
         node_name = self.host.node.name
         if self._daemon:
             # Imports and plugin loading made most of the objects this process will hold:
@@ -286,6 +287,10 @@ class Node:
         if self.publisher is not None and not self.publisher.synced:
             why = self.publisher.last_error or "pending"
             return False, f"ResourceSlices not published: {why}"
+        inv = self.inventory
+        if inv is not None and inv.failed:
+            names = "; ".join(f"{p}: {e}" for p, e in sorted(inv.failed.items()))
+            return False, f"backends not started (the others are served): {names}"
         return True, "ok"
 
     # -- inventory -----------------------------------------------------------------------------
@@ -306,12 +311,30 @@ class Node:
         if self._inventory is None:
             raise PermanentError("the node is not started")
         inv = self._inventory.refresh()
+        self._report_failed(inv)
         counts: dict[str, int] = {}
         for spec in inv.pools:
             counts[spec.driver] = counts.get(spec.driver, 0) + len(spec.devices)
         for driver, n in counts.items():
             self.metrics.devices_published.labels(driver=driver).set(n)
         return inv
+
+    def _report_failed(self, inv: InventorySnapshot) -> None:
+        """An Event on the Node for each backend that newly failed to start (logged already)."""
+        new = {p: e for p, e in inv.failed.items() if self._failed.get(p) != e}
+        self._failed = dict(inv.failed)
+        if not new or self.kube is None or self.host is None:
+            return
+        for plugin, error in sorted(new.items()):
+            try:
+                self.kube.create_event(
+                    {"kind": "Node", "apiVersion": "v1", "name": self.host.node.name},
+                    "BackendUnavailable",
+                    f"backend {plugin!r} could not discover its devices and is not served "
+                    f"(the other backends are): {error}",
+                )
+            except DrakitError:
+                log.warning("could not record an Event for backend %s", plugin, exc_info=True)
 
     def _node_at_start(self, name: str) -> dict[str, Any] | None:
         """The Node, read before the first discovery so the backends see its labels.

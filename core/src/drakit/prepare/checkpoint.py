@@ -32,15 +32,11 @@ never crash-loops, and never hands out a device a running claim may hold.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
 import hashlib
 import json
 import logging
 import os
-import secrets
-import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -49,8 +45,9 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from drakit.errors import DrakitError
 from drakit.models import PreparedDevice, PreparedDeviceRef
-from drakit.prepare.safefs import NotRegular, fs_error, read_regular
+from drakit.prepare.safefs import NotRegular, fs_error, quarantine, read_regular, write_atomic
 
 __all__ = [
     "CHECKPOINT_API_VERSION",
@@ -230,7 +227,6 @@ class CheckpointStore:
     ) -> None:
         self.path = path
         self._file = os.fspath(path)  # str paths: pathlib's conversions cost on every write
-        self._tmp = os.fspath(path.with_name(f".{path.name}.tmp"))
         self.driver = driver
         self.boot_id = boot_id
         self.on_repair = on_repair
@@ -340,15 +336,11 @@ class CheckpointStore:
             self.on_repair(reason, msg, count)
 
     def _move_aside(self, reason: str) -> Checkpoint:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        aside = self.path.with_name(
-            f"{self.path.name}.corrupt-{stamp}-{os.getpid()}-{secrets.token_hex(4)}"
-        )
         try:
-            os.replace(self.path, aside)
-        except OSError as e:
+            aside = quarantine(self.path)
+        except DrakitError:
             log.exception("could not move the damaged checkpoint %s aside", self.path)
-            raise fs_error("move the damaged checkpoint aside:", self.path, e) from e
+            raise
         msg = (
             f"checkpoint {self.path} of driver {self.driver} was unreadable ({reason}); moved to "
             f"{aside.name}. Claims that still have CDI specs are rebuilt from them and their "
@@ -396,33 +388,11 @@ class CheckpointStore:
 
     def _write(self, data: bytes) -> tuple[int, int, int, int]:
         # A fixed temp name: every writer of this file holds the driver's lock (the flock
-        # serialises the two instances of a rolling update too); a stale one is truncated.
-        tmp = self._tmp
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(tmp, flags, 0o600)
-        except OSError as e:
-            if e.errno != errno.ELOOP:
-                raise
-            os.unlink(tmp)  # a link planted at the temp name is never followed
-            fd = os.open(tmp, flags | os.O_EXCL, 0o600)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self._file)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        # serialises the two instances of a rolling update too); whatever is planted there (a
+        # stale temp file, a link, a FIFO) is replaced, never followed or blocked on.
         if self._dfd is None:
             self._dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        os.fsync(self._dfd)
+        st = write_atomic(self.path, data, dir_fd=self._dfd)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def close(self) -> None:

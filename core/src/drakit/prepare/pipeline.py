@@ -53,7 +53,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from drakit.errors import DrakitError, PermanentError
+from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.host.inventory import Inventory, InventorySnapshot
 from drakit.host.pluginhost import PluginHost
 from drakit.models import (
@@ -272,7 +272,8 @@ class DriverState:
 
     def _recover(self, cp: Checkpoint) -> dict[str, ClaimRecord]:
         """Records for claims that have a CDI spec of this driver but no checkpoint record."""
-        return recover_claims(self.cdi, self.inventory.current.devices_of(self.driver), cp)
+        snap = self.inventory.current
+        return recover_claims(self.cdi, snap.devices_of(self.driver), cp, snap)
 
     # -- prepare -------------------------------------------------------------------------------
 
@@ -442,7 +443,13 @@ class DriverState:
                     namespace=ref.namespace, name=ref.name, uid=ref.uid, devices=tuple(devs)
                 )
                 members = _MemberSession(self, cp, ref.uid, where)
-                got = self.host.prepare(plugin, claim, self._held(cp, plugin, ref.uid), members)
+                got = self.host.prepare(
+                    plugin,
+                    claim,
+                    self._held(cp, plugin, ref.uid),
+                    members,
+                    frozenset(cp.claims.keys() - {ref.uid}),
+                )
                 self._check_prepared(where, plugin, devs, got)
                 prepared[plugin] = got
                 rec = cp.claims[ref.uid]  # with what members prepared for this plugin
@@ -768,6 +775,22 @@ class _MemberSession:
         self.state._save(self.cp)
 
     def prepare(self, plugin: str, claim: ClaimInfo) -> list[PreparedDevice]:
+        lost = sorted(
+            uid
+            for uid, rec in self.cp.claims.items()
+            if rec.recovered
+            and uid != self.uid
+            and {(r.pool, r.device) for r in rec.results}
+            & {(d.pool, d.device) for d in claim.devices}
+        )
+        if lost:  # its share of the member is unknown (its record went with the checkpoint)
+            raise RetryableError(
+                f"member devices {', '.join(sorted({d.device for d in claim.devices}))} of "
+                f"plugin {plugin!r} are held by claims with UIDs {', '.join(lost[:5])}, rebuilt "
+                f"from their CDI specs after the checkpoint {self.state.store.path} was lost; "
+                "their share is unknown, so the member is not prepared again until those claims "
+                "are unprepared (retryable)"
+            )
         before = list(self.cp.claims[self.uid].prepared.get(plugin, []))
         if plugin not in self.cp.claims[self.uid].prepared:
             self._record(plugin, [])
@@ -775,6 +798,7 @@ class _MemberSession:
             plugin,
             claim,
             DriverState._held(self.cp, plugin, self.uid),
+            held_claims=frozenset(self.cp.claims.keys() - {self.uid}),
         )
         DriverState._check_prepared(self.where, plugin, list(claim.devices), got)
         keys = {(p.request, p.pool, p.device) for p in got}

@@ -233,14 +233,16 @@ def open_host(config: Mapping[str, Any], node: SimNode) -> SimHost:
         config: a drakit configuration (the keys of the YAML file: ``plugins``,
             ``publish_strategy``...; ``plugins`` may be a list of names). The node's root and
             name come from ``node``; ``DRAKIT_*`` environment variables are not read.
-        node: the simulated node.
+        node: the simulated node; the host's state directory (where backends keep their
+            state files) is ``var/lib/drakit`` under its root.
 
     Raises:
         ValueError: ``config`` sets a key the kit sets (``sysfs_root``, ``node_name``...).
         ConfigInvalid: the configuration is invalid.
         PluginLoadError: a backend is not installed or fails to start.
     """
-    settings = _settings(config, node)
+    # backends' state files (PluginContext.state) stay inside the simulated node's tree
+    settings = _settings(config, node, state_dir=node.root / "var" / "lib" / "drakit")
     stack = ExitStack()
     try:
         host = stack.enter_context(_runtime_host(settings))

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from drakit.admission import AdmissionRequest, AdmissionResponse, PodMutator
 from drakit.errors import ConfigInvalid, ConflictError, DrakitError, NotFoundError
 from drakit.strategy_models import ShapedClaim, SimpleRequest
+from drakit.webhook.review import TOO_DEEP
 
 if TYPE_CHECKING:  # the Kubernetes client is imported by the caller (a node never loads it)
     from drakit.kube import KubeClient
@@ -50,6 +51,29 @@ class Shaper(Protocol):
     def driver_names(self) -> dict[str, str]:
         """Plugin name -> driver name."""
         ...
+
+
+CREATED_LABEL = "webhook.drakit.io/created-by"
+CREATED_BY = "drakit-webhook"
+"""Every ResourceClaimTemplate the webhook creates carries ``CREATED_LABEL: CREATED_BY``; it
+deletes no template without it, whatever a claim's annotation names."""
+
+MAX_CONFIG_DEPTH = 32
+"""How deeply a drakit opaque configuration may nest (the node refuses deeper ones too)."""
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and lists deeper than ``limit`` (iteratively)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if item is TOO_DEEP:
+            return True
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _configs(kind: str, obj: Mapping[str, Any]) -> tuple[str, Sequence[Any]]:
@@ -110,6 +134,12 @@ class Admission:
             if not isinstance(params, dict):
                 errors.append(f"{where}: must be an object with apiVersion and kind")
                 continue
+            if _deeper_than(params, MAX_CONFIG_DEPTH):
+                errors.append(
+                    f"{where}: nested deeper than {MAX_CONFIG_DEPTH} levels; no drakit "
+                    "configuration is that deep"
+                )
+                continue
             try:
                 self.host.parse_config(str(opaque["driver"]), params)
             except ConfigInvalid as e:
@@ -131,10 +161,17 @@ class Admission:
         return self.host.shape(strategy, request)
 
     def create_claim_template(self, namespace: str, template: Mapping[str, Any]) -> None:
-        """Create a ResourceClaimTemplate; an existing one of that name is no error."""
+        """Create a ResourceClaimTemplate; an existing one of that name is no error.
+
+        The template is labelled :data:`CREATED_LABEL` (the only templates
+        :meth:`delete_claim_template_later` deletes).
+        """
+        meta = dict(template.get("metadata") or {})
+        meta["labels"] = {**(meta.get("labels") or {}), CREATED_LABEL: CREATED_BY}
+        body = {**template, "metadata": meta}
         path = f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
         with contextlib.suppress(ConflictError):  # created by an earlier call for this pod
-            self.kube.request("POST", f"{path}/resourceclaimtemplates", body=template)
+            self.kube.request("POST", f"{path}/resourceclaimtemplates", body=body)
 
     def delete_claim_template_later(self, namespace: str, name: str, delay: float) -> None:
         """Delete a ResourceClaimTemplate ``delay`` seconds from now (a daemon timer)."""
@@ -149,12 +186,26 @@ class Admission:
         self.kube.create_event(involved, reason, message, type, component="drakit-webhook")
 
     def _delete_template(self, namespace: str, name: str) -> None:
+        """Delete the template only if the webhook made it (its label), by UID."""
         path = (
             f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
             f"/resourceclaimtemplates/{quote(name, safe='')}"
         )
         try:
-            self.kube.request("DELETE", path)
+            found = self.kube.request("GET", path)
+            meta = found.get("metadata") or {}
+            if (meta.get("labels") or {}).get(CREATED_LABEL) != CREATED_BY:
+                log.warning(
+                    "not deleting ResourceClaimTemplate %s/%s: a claim's annotation names it, "
+                    "but drakit's webhook did not create it (no %s=%s label)",
+                    namespace,
+                    name,
+                    CREATED_LABEL,
+                    CREATED_BY,
+                )
+                return
+            precondition = {"preconditions": {"uid": str(meta.get("uid", ""))}}
+            self.kube.request("DELETE", path, body=precondition)  # that object, not a namesake
         except NotFoundError:
             pass
         except DrakitError as e:

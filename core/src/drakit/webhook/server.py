@@ -10,10 +10,17 @@ This module is transport only: it parses AdmissionReviews, calls the engine thro
 business (``drakit.webhook.admission``). Certificate and key are re-read when either file's size or
 modification time changes (cert-manager rotates them in place), checked on each new
 connection; a pair that fails to load (half written) keeps the previous one in use.
+
+Bounded: at most :data:`MAX_CONNECTIONS` connections are served at once (one more is closed at
+once, logged), and each request must arrive whole, TLS handshake, headers and body, within
+:data:`REQUEST_DEADLINE` seconds of the connection being accepted or of the previous answer on
+it (an idle keep-alive connection is closed after as long): a client that sends a byte now and
+then holds a thread for that long at most, never for good.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,7 +34,7 @@ from typing import Any, Protocol
 
 from drakit.webhook.review import AdmissionRequest, AdmissionResponse, parse_review, to_review
 
-__all__ = ["MAX_BODY", "AdmissionEngine", "WebhookServer"]
+__all__ = ["MAX_BODY", "MAX_CONNECTIONS", "REQUEST_DEADLINE", "AdmissionEngine", "WebhookServer"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +42,11 @@ MAX_BODY = 8 * 1024 * 1024
 """Largest AdmissionReview accepted (objects are at most ~1.5 MiB in etcd)."""
 
 _IO_TIMEOUT = 30.0
+MAX_CONNECTIONS = 64
+"""Connections served at once (the API server opens a few; more is a client misbehaving)."""
+REQUEST_DEADLINE = 10.0
+"""Seconds for a request to arrive whole (handshake, headers, body); the API server's own
+webhook timeout is 10 s by default, so a request slower than this is answered in vain."""
 
 
 class AdmissionEngine(Protocol):
@@ -101,8 +113,39 @@ class _Handler(BaseHTTPRequestHandler):
         # and the client's delayed ACK hold the body back ~40 ms
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.request.settimeout(_IO_TIMEOUT)
+        self._timer: threading.Timer | None = None
+        self._arm()
         self.request.do_handshake()
         super().setup()
+
+    def _arm(self) -> None:
+        """Close the connection unless a whole request arrives within the deadline."""
+        self._disarm()
+        timer = threading.Timer(self.server.request_deadline, self._expire)
+        timer.daemon = True
+        timer.start()
+        self._timer = timer
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        deadline = self.server.request_deadline
+        log.info("closing %s: no whole request in %.0fs", self.client_address[0], deadline)
+        # the plain socket's shutdown (not SSLSocket's, which drops its TLS state under the
+        # reading thread): the blocked read returns at once and the handler ends
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(self.request, socket.SHUT_RDWR)
+
+    def handle_one_request(self) -> None:
+        self._arm()  # also bounds an idle keep-alive connection
+        super().handle_one_request()
+
+    def finish(self) -> None:
+        self._disarm()
+        super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -136,6 +179,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.BAD_REQUEST, b"a body of 1 byte to 8 MiB is required\n")
             return
         body = self.rfile.read(length)
+        self._disarm()  # the request is here: answering it is the engine's time, not the client's
+        if len(body) < length:
+            return  # the deadline closed the connection mid-body
         try:
             request = parse_review(body)
         except ValueError as e:  # pydantic's ValidationError is a ValueError too
@@ -153,8 +199,32 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog (socketserver's default is 5)
     engine: AdmissionEngine
     certificates: _Certificates
+    request_deadline: float = REQUEST_DEADLINE
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.warning(
+                "refusing a connection from %s: %d connections are open already",
+                client_address[0] if client_address else "?",
+                MAX_CONNECTIONS,
+            )
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, addr = super().get_request()
@@ -179,6 +249,8 @@ class WebhookServer:
         key_file: PEM private key.
         address: listen address.
         port: listen port; 0 picks a free one (see :attr:`port`).
+        max_connections: connections served at once (:data:`MAX_CONNECTIONS`).
+        request_deadline: seconds for a whole request (:data:`REQUEST_DEADLINE`).
 
     Raises:
         OSError / ssl.SSLError: the certificate or key cannot be loaded, or the port is taken.
@@ -192,11 +264,15 @@ class WebhookServer:
         *,
         address: str = "0.0.0.0",  # noqa: S104 - a webhook pod serves on its pod IP
         port: int = 8443,
+        max_connections: int = MAX_CONNECTIONS,
+        request_deadline: float = REQUEST_DEADLINE,
     ) -> None:
         self.certificates = _Certificates(Path(cert_file), Path(key_file))
         self._server = _Server((address, port), _Handler)
         self._server.engine = engine
         self._server.certificates = self.certificates
+        self._server.slots = threading.BoundedSemaphore(max_connections)
+        self._server.request_deadline = request_deadline
 
     @property
     def port(self) -> int:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from drakit.config import parse_opaque_config
 
@@ -36,10 +36,12 @@ class VfConfig(_Strict):
     """Settings applied to the claim's VF (``vf`` and ``shared`` modes only)."""
 
     mac: str | None = Field(default=None, description="Unicast MAC, lower-case, colon-separated")
-    vlan: int | None = Field(default=None, ge=0, le=4094, description="802.1Q VLAN id (0: none)")
-    trust: bool | None = None
-    spoof_chk: bool | None = Field(default=None, alias="spoofChk")
-    mtu: int | None = Field(default=None, ge=68, le=9216)
+    vlan: StrictInt | None = Field(
+        default=None, ge=0, le=4094, description="802.1Q VLAN id (0: none)"
+    )
+    trust: StrictBool | None = None
+    spoof_chk: StrictBool | None = Field(default=None, alias="spoofChk")
+    mtu: StrictInt | None = Field(default=None, ge=68, le=9216)
 
     @field_validator("mac")
     @classmethod
@@ -59,7 +61,7 @@ class VfConfig(_Strict):
 class RdmaConfig(_Strict):
     """Whether the container gets the function's RDMA char devices."""
 
-    enabled: bool = True
+    enabled: StrictBool = True
 
 
 class NicConfig(_Strict):
@@ -67,10 +69,10 @@ class NicConfig(_Strict):
 
     api_version: Literal["ainic.drakit.io/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["NicConfig"]
-    queues: int | None = Field(
+    queues: StrictInt | None = Field(
         default=None, ge=1, le=256, description="Channels (queue pairs) on the function"
     )
-    bandwidth: int | None = Field(
+    bandwidth: StrictInt | None = Field(
         default=None, ge=1, le=800, description="Maximum transmit rate of the VF, Gbps"
     )
     vf: VfConfig | None = None

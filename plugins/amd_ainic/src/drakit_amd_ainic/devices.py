@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drakit.errors import ConfigInvalid
+from drakit.errors import ConfigInvalid, PermanentError
 from drakit.models import (
     CounterConsumption,
     CounterSet,
@@ -110,6 +110,11 @@ def modes(nics: list[Ainic], settings: AmdAinicSettings) -> dict[str, tuple[Mode
     return out
 
 
+_MAX_RAIL_DIGITS = 9
+_MAX_RAIL = 10**_MAX_RAIL_DIGITS - 1
+"""The largest rail a label may name (far beyond any fabric; well inside an int64 attribute)."""
+
+
 def label_identity(
     settings: AmdAinicSettings, labels: Mapping[str, str]
 ) -> tuple[dict[str, int], dict[str, str], str | None]:
@@ -131,14 +136,17 @@ def label_identity(
             continue
         kind, dot, ifname = name.partition(".")
         if kind == "rail" and dot and ifname:
-            if value.isdigit():
+            # ASCII digits only ("²" and "٣" are digits to str.isdigit) and within a DRA int
+            # attribute (int64): a label the API server accepts must not stop discovery
+            if value.isascii() and value.isdigit() and len(value) <= _MAX_RAIL_DIGITS:
                 rails[ifname] = int(value)
             else:
                 log.warning(
-                    "Node label %s=%r: a rail is a whole number >= 0; ignored until the "
-                    "fabric manager writes one",
+                    "Node label %s=%r: a rail is a whole number from 0 to %d; ignored until "
+                    "the fabric manager writes one",
                     key,
-                    value,
+                    value[:70],
+                    _MAX_RAIL,
                 )
         elif kind == "fabric" and dot and ifname and value:
             fabrics[ifname] = value
@@ -330,11 +338,11 @@ def build_devices(
         fabric = next((fabrics[k] for k in keys if k in fabrics), node_fabric)
         return rail, fabric
 
-    for nic in nics:
+    def add(nic: Ainic) -> None:
         mode, limit = chosen[nic.pf.bdf]
         rail, fabric = ident(nic)
         if mode == "none":
-            continue
+            return
         if mode == "vf":
             vfs = read_vfs(root, nic, cache=cache.sysfs)
             live_vfs.update(vf.bdf for vf in vfs)
@@ -350,12 +358,12 @@ def build_devices(
                     _plain_device(cache, name, _attributes(nic, vf, "vf", rail, fabric), vf)
                 )
                 published[name] = Published(nic=nic, mode="vf", function=vf)
-            continue
+            return
         if mode == "pf":
             attrs = _attributes(nic, nic.pf, "pf", rail, fabric)
             devices.append(_plain_device(cache, nic.name, attrs, nic.pf))
             published[nic.name] = Published(nic=nic, mode="pf", function=nic.pf)
-            continue
+            return
         size, on_demand = pool_size(nic, limit, settings)
         gbps = (nic.pf.speed_mbps or 0) // 1000
         if size == 0 or nic.pf.queues == 0 or gbps == 0:
@@ -368,7 +376,7 @@ def build_devices(
                 nic.pf.queues,
                 gbps,
             )
-            continue
+            return
         q, b = settings.queues, settings.bandwidth_gbps
         slots = size * settings.shares_per_vf
         capacity = {
@@ -395,6 +403,19 @@ def build_devices(
         published[nic.name] = Published(
             nic=nic, mode="shared", function=nic.pf, vf_limit=size, on_demand=on_demand
         )
+
+    for nic in nics:
+        # one NIC whose attributes drakit refuses (a netdev name over 64 bytes, ...) is skipped
+        # and named; the backend publishes the others
+        n_dev, n_pub = len(devices), dict(published)
+        try:
+            add(nic)
+        except (ValueError, PermanentError) as e:
+            del devices[n_dev:]
+            published.clear()
+            published.update(n_pub)
+            why = " ".join(line.strip() for line in str(e).splitlines()[:2])
+            log.warning("%s (%s) is not published: %s", nic.name, nic.pf.bdf, why)
     cache.end_round(live_vfs)
     return devices, published
 

@@ -1,9 +1,13 @@
 """The VF ledger: which claim holds which VF, and which VFs were created on demand.
 
 The checkpoint records what a prepare *returned*; a kill between the backend's side effects
-and that record would lose them. So the backend writes its intent here first (atomically:
-temp file, fsync, rename; mode 0600 in a 0700 directory) and repairs from it: a VF whose claim
-the checkpoint no longer holds is reset, and on-demand VFs of an idle PF are removed.
+and that record would lose them. So the backend writes its intent here first and repairs from
+it: a VF whose claim the checkpoint no longer holds is reset, and on-demand VFs of an idle PF are
+removed. The file is a :class:`drakit.statefiles.StateFile` in the backend's own directory under
+the node's ``--state-dir`` (``PluginContext.state``): written atomically and checksummed, never
+read through a link or blocked on, and moved aside under a timestamped name when damaged
+(:attr:`Ledger.damage` says what was wrong and where the copy is). A lost or damaged ledger is
+rebuilt from the checkpoint (:mod:`drakit_amd_ainic.prepare`, ``reconcile``).
 
 The file is read once, on first use, and kept in memory after: the node process is its only
 writer, so the copy in memory is what the file holds. A failed write, or a prepare that fails
@@ -18,21 +22,19 @@ kernel's boot ID; a ledger written in another boot is read as empty.
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
-import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from drakit.errors import RetryableError
+from drakit.statefiles import Damage, StateDir, StateFile, quarantine
 
 __all__ = ["Assignment", "Ledger", "LedgerData"]
 
 log = logging.getLogger(__name__)
 
 FILE = "vf-ledger.json"
+KIND = "AinicVfLedger"
 
 
 class Assignment(BaseModel):
@@ -67,22 +69,47 @@ class LedgerData(BaseModel):
 
 
 class Ledger:
-    """Load and save :class:`LedgerData` under ``directory`` (callers serialise access).
+    """Load and save :class:`LedgerData` in ``state`` (callers serialise access).
 
     ``boot_id`` is the kernel's boot ID now (empty when unknown: then every file is taken as
     written in this boot).
     """
 
-    def __init__(self, directory: Path, boot_id: str = "") -> None:
-        self.dir = directory
+    def __init__(self, state: StateDir, boot_id: str = "") -> None:
+        self.state = state
+        self._file: StateFile | None = None
         self.boot_id = boot_id
-        self.path = directory / FILE
-        self._tmp = directory / f".{FILE}.tmp"
         self._data: LedgerData | None = None
-        self._dir_ready = False
+        self.damage: Damage | None = None
+        """The damage found the last time the file was read (``None``: it was sound)."""
+
+    @property
+    def file(self) -> StateFile:
+        """The state file (resolved on first use: a context built without a node has none).
+
+        Raises:
+            PermanentError: the plugin's context has no state directory.
+        """
+        if self._file is None:
+            self._file = self.state.file(FILE, kind=KIND)
+        return self._file
+
+    @property
+    def path(self) -> Path:
+        """The ledger file."""
+        return self.file.path
+
+    @property
+    def dir(self) -> Path:
+        """The backend's state directory."""
+        return self.file.path.parent
 
     def load(self) -> LedgerData:
-        """The ledger: the copy in memory, else the file (empty if there is none yet)."""
+        """The ledger: the copy in memory, else the file (empty if there is none yet).
+
+        Raises:
+            RetryableError: the file system refused.
+        """
         if self._data is None:
             self._data = self._read()
         return self._data
@@ -92,20 +119,17 @@ class Ledger:
         self._data = None
 
     def _read(self) -> LedgerData:
+        raw = self.file.read()
+        self.damage = self.file.damage
+        if raw is None:
+            return LedgerData(boot_id=self.boot_id)
         try:
-            raw = self.path.read_text()
-        except FileNotFoundError:
-            return LedgerData()
-        except OSError as e:
-            raise RetryableError(f"cannot read the VF ledger {self.path}: {e.strerror}") from e
-        try:
-            data = LedgerData.model_validate(json.loads(raw))
-        except (ValueError, ValidationError) as e:
-            raise RetryableError(
-                f"the VF ledger {self.path} is corrupt ({e}); stop the node process and move "
-                "it away to start afresh (VFs it recorded keep their settings until their "
-                "claims are unprepared)"
-            ) from e
+            data = LedgerData.model_validate(raw)
+        except ValidationError as e:
+            first = str(e).splitlines()[1:2] or ["invalid"]
+            self.damage = Damage(self.path, f"not a VF ledger: {first[0]}", quarantine(self.path))
+            log.error("%s", self.damage)
+            return LedgerData(boot_id=self.boot_id)
         if data.boot_id and self.boot_id and data.boot_id != self.boot_id:
             log.warning(
                 "the node rebooted since the VF ledger was written (boot %s -> %s): its %d VF "
@@ -119,40 +143,16 @@ class Ledger:
         return data
 
     def save(self, data: LedgerData) -> None:
-        """Replace the file atomically (fixed temp name: callers hold the backend's lock)."""
+        """Replace the file atomically (callers hold the backend's lock).
+
+        Raises:
+            RetryableError: the file system refused; the copy in memory is dropped.
+        """
         if self.boot_id:
             data.boot_id = self.boot_id
         try:
-            self._write(data.model_dump_json().encode())
-        except OSError as e:
-            self._data = None
-            raise RetryableError(f"cannot write the VF ledger {self.path}: {e.strerror}") from e
+            self.file.write(data.model_dump(mode="json"))
         except BaseException:
             self._data = None
             raise
         self._data = data
-
-    def _write(self, raw: bytes) -> None:
-        if not self._dir_ready:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._dir_ready = True
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(self._tmp, flags, 0o600)
-        except OSError as e:
-            if e.errno != errno.ELOOP:
-                raise
-            self._tmp.unlink()  # a link planted at the temp name is never followed
-            fd = os.open(self._tmp, flags | os.O_EXCL, 0o600)
-        try:
-            try:
-                view = memoryview(raw)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(self._tmp, self.path)
-        except BaseException:
-            self._tmp.unlink(missing_ok=True)
-            raise

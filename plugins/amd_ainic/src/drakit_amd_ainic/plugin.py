@@ -9,6 +9,7 @@ pyroute2 seam) and :mod:`.strategies`. ``docs/ainic-backend.md`` is the user-fac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -64,7 +65,7 @@ class AmdAinicPlugin:
             self.root,
             self.settings,
             netlink_for(self.settings.netlink, context.libraries),
-            Ledger(Path(self.settings.state_dir), boot_id(self.root)),
+            Ledger(context.state, boot_id(self.root)),
             context.select,
         )
         self._view = _View(published={})
@@ -101,13 +102,13 @@ class AmdAinicPlugin:
 
     @hookimpl
     def drakit_prepare_devices(
-        self, claim: ClaimInfo, held: Sequence[PreparedDevice]
+        self, claim: ClaimInfo, held: Sequence[PreparedDevice], held_claims: AbstractSet[str]
     ) -> list[PreparedDevice]:
         """Choose VFs, apply their settings, hand over uverbs/rdma_cm and the env."""
         view = self._view
         if not view.published:
             raise RetryableError("no AINIC has been discovered yet")
-        return self.preparer.prepare(view.published, claim, held)
+        return self.preparer.prepare(view.published, claim, held, held_claims)
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: list[PreparedDevice]) -> bool:

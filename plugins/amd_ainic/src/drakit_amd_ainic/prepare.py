@@ -22,8 +22,8 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from drakit.models import (
     ClaimInfo,
     NetworkData,
     PreparedDevice,
+    quantity_value,
 )
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
@@ -97,15 +98,22 @@ def _names_hold(fn: NicFunction) -> bool:
     return fn.rdma_device is None or os.path.isdir(f"{fn.path}/infiniband/{fn.rdma_device}")
 
 
+_MAX_QUANTITY_CHARS = 64
+_MAX_CONSUMED = 1 << 32
+"""More queues or Gbit/s than any NIC has: a consumed amount above it is refused."""
+
+
 def _whole(q: str, where: str, what: str) -> int:
-    if q.isdigit() and q.isascii() and int(q) > 0:  # what the scheduler writes ("4")
-        return int(q)
-    try:
-        value = Decimal(q.removesuffix("m")) / (1000 if q.endswith("m") else 1)
-    except InvalidOperation:
-        raise PermanentError(f"{where}: consumed {what} {q!r} is not a quantity") from None
-    if value <= 0 or value != value.to_integral_value():
-        raise PermanentError(f"{where}: consumed {what} {q!r} must be a positive whole number")
+    # exact and bounded (an exponent beyond 64 or 64 characters is refused, never expanded):
+    # the scheduler writes "4"; a forged "1e999999" must not hold the driver's lock
+    value = quantity_value(q) if len(q) <= _MAX_QUANTITY_CHARS else None
+    shown = q if len(q) <= _MAX_QUANTITY_CHARS else q[:40] + "..."
+    if value is None:
+        raise PermanentError(f"{where}: consumed {what} {shown!r} is not a quantity")
+    if value <= 0 or value.denominator != 1:
+        raise PermanentError(f"{where}: consumed {what} {shown!r} must be a positive whole number")
+    if value > _MAX_CONSUMED:
+        raise PermanentError(f"{where}: consumed {what} {shown!r} is more than any NIC has")
     return int(value)
 
 
@@ -147,6 +155,7 @@ class Preparer:
         published: Mapping[str, Published],
         claim: ClaimInfo,
         held: Sequence[PreparedDevice],
+        held_claims: AbstractSet[str] = frozenset(),
     ) -> list[PreparedDevice]:
         """See the module docstring."""
         with self._lock:
@@ -155,7 +164,8 @@ class Preparer:
                 return [self._apply(claim, plan, plan.fn) for plan in plans]
             try:
                 data = self.ledger.load()
-                live = {str(p.state.get("claim")) for p in held} | {claim.uid}
+                self._reconcile(data, held)
+                live = {str(p.state.get("claim")) for p in held} | set(held_claims) | {claim.uid}
                 self._repair(data, live)
                 chosen = self._choose(data, claim, plans)
                 return [
@@ -368,6 +378,11 @@ class Preparer:
             )
             self.netlink.set_vf(pf_if, pub.nic.pf.bdf, fn.vf_index, settings)
             state["vf"] = fn.vf_index
+            # with pf and vf: what rebuilds a lost ledger (_reconcile), in this boot only
+            if dev.share_id:
+                state["share"] = dev.share_id
+            if self.ledger.boot_id:
+                state["boot"] = self.ledger.boot_id
         mtu = vf_cfg.get("mtu")
         if mtu is not None and fn.ifname and netdev is not None:
             pf_mtu = pub.nic.pf.mtu
@@ -441,6 +456,52 @@ class Preparer:
             except BaseException:
                 self.ledger.forget()
                 raise
+
+    def _reconcile(self, data: LedgerData, held: Sequence[PreparedDevice]) -> None:
+        """Put back every VF the checkpoint says a running claim holds and the ledger lacks.
+
+        The ledger may have been lost, damaged (and moved aside) or replaced: the checkpoint's
+        record of each prepared VF (its ``pf``, ``vf`` and ``boot`` in ``state``) is the other
+        evidence, so a VF a running share holds is never chosen for another. VFs prepared in
+        another boot are gone with it (a reboot's claims are prepared again).
+        """
+        have = {(a.claim, a.pf, a.vf) for a in data.assignments}
+        boot = self.ledger.boot_id
+        back: list[Assignment] = []
+        for p in held:
+            st = p.state
+            claim, pf, vf = st.get("claim"), st.get("pf"), st.get("vf")
+            if not (isinstance(claim, str) and isinstance(pf, str) and isinstance(vf, int)):
+                continue
+            if boot and st.get("boot") != boot:  # prepared in another boot: that VF is gone
+                continue
+            if (claim, pf, vf) in have:
+                continue
+            share = st.get("share")
+            back.append(
+                Assignment(
+                    claim=claim,
+                    request=p.request,
+                    device=p.device,
+                    share=share if isinstance(share, str) else None,
+                    pf=pf,
+                    vf=vf,
+                )
+            )
+            have.add((claim, pf, vf))
+        if not back:
+            return
+        why = f" ({self.ledger.damage})" if self.ledger.damage is not None else ""
+        log.warning(
+            "the VF ledger %s lacked %d VF(s) that running claims hold%s; rebuilt from the "
+            "checkpoint: %s",
+            self.ledger.path,
+            len(back),
+            why,
+            ", ".join(f"{a.pf} VF {a.vf} (claim {a.claim})" for a in back[:10]),
+        )
+        data.assignments.extend(back)
+        self.ledger.save(data)
 
     def _repair(self, data: LedgerData, live: set[str]) -> None:
         """Reset VFs of claims that are not ``live`` and drop them from the ledger."""

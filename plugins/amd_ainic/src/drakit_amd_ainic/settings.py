@@ -132,13 +132,26 @@ class AmdAinicSettings(PluginSettings):
         default="auto",
         description="VF settings through pyroute2, or into a simulated tree (auto: by root)",
     )
-    state_dir: str = Field(
-        default="/var/lib/drakit/amd_ainic",
-        description="Where the VF ledger lives (crash-safe VF assignment record)",
+    state_dir: None = Field(
+        default=None,
+        description=(
+            "Removed: the VF ledger is always <state-dir>/plugin_state/amd_ainic/vf-ledger.json "
+            "under the node's --state-dir"
+        ),
     )
     vf_ready_timeout: float = Field(
         default=10.0, gt=0, le=300, description="Seconds to wait for VFs after sriov_numvfs"
     )
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _state_dir(cls, v: object) -> None:
+        if v is not None:
+            raise ValueError(
+                "removed: the VF ledger is always under the node's --state-dir "
+                "(<state-dir>/plugin_state/amd_ainic/vf-ledger.json, the chart's stateDir), so "
+                "a changed directory can no longer lose it; delete this key"
+            )
 
     @field_validator("fabric")
     @classmethod

@@ -136,12 +136,15 @@ def _parse_annotations(annotations: Mapping[str, str]) -> tuple[int, Policy]:
         ConfigInvalid: naming the annotation and the fix.
     """
     raw = str(annotations.get(PAIRS_ANNOTATION, "")).strip()
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAIRS:
+    # ASCII digits only ("²" and "٣" are digits to str.isdigit), and few of them: never int()
+    # on 5,000 digits, never a 500 for what the API server lets a user write
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 4) or not 1 <= int(raw) <= MAX_PAIRS:  # noqa: PLR2004
+        shown = raw if len(raw) <= 20 else raw[:17] + "..."  # noqa: PLR2004
         raise ConfigInvalid(
             [
                 (
                     f"metadata.annotations[{PAIRS_ANNOTATION}]",
-                    f"{raw!r} is not a number of GPU-NIC pairs from 1 to {MAX_PAIRS} "
+                    f"{shown!r} is not a number of GPU-NIC pairs from 1 to {MAX_PAIRS} "
                     '(example: "4")',
                 )
             ]
@@ -310,7 +313,9 @@ class PairPods:
         pods = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
         if pods and annotations.get(POLICY_ANNOTATION) == "required":
             pod = pods[0]
-            n = annotations.get(PAIRS_ANNOTATION, "?")
+            raw = str(annotations.get(PAIRS_ANNOTATION, ""))
+            # the claim's annotations are anyone's words: only a count goes into the Event
+            n = raw if raw.isascii() and raw.isdigit() and len(raw) <= 4 else "?"  # noqa: PLR2004
             try:
                 services.record_event(
                     {

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+)
 
 from drakit_cpu.policy import Policy, policy_conflicts
 
@@ -40,9 +48,9 @@ class CpuConfig(BaseModel):
     api_version: Literal["cpu.drakit.io/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["CpuConfig"]
     policy: Policy | None = None
-    prefer_uncore: bool | None = Field(default=None, alias="preferUncore")
-    group_size: int | None = Field(default=None, ge=1, le=64, alias="groupSize")
-    full_pcpus_only: bool | None = Field(default=None, alias="fullPCPUsOnly")
+    prefer_uncore: StrictBool | None = Field(default=None, alias="preferUncore")
+    group_size: StrictInt | None = Field(default=None, ge=1, le=64, alias="groupSize")
+    full_pcpus_only: StrictBool | None = Field(default=None, alias="fullPCPUsOnly")
 
     @field_validator("prefer_uncore", "group_size", "full_pcpus_only")
     @classmethod

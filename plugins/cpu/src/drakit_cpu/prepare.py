@@ -12,12 +12,11 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from drakit.cpuset import format_cpulist, parse_cpulist
 from drakit.errors import PermanentError, RetryableError
-from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice
+from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice, quantity_value
 from drakit_cpu.allocator import (
     AllocationError,
     SMTAlignmentError,
@@ -70,13 +69,24 @@ def cpuset_env_name(device: str, share_id: str | None = None) -> str:
     return name
 
 
+_MAX_QUANTITY_CHARS = 64
+_MAX_CPUS = 1 << 20
+"""More CPUs than any node has: a consumed count above it is refused, not computed with."""
+
+
 def _whole_cpus(q: str, where: str) -> int:
-    try:
-        value = Decimal(q.removesuffix("m")) / (1000 if q.endswith("m") else 1)
-    except InvalidOperation:
-        raise PermanentError(f"{where}: consumed cpu {q!r} is not a quantity") from None
-    if value <= 0 or value != value.to_integral_value():
-        raise PermanentError(f"{where}: consumed cpu {q!r} must be a positive whole number of CPUs")
+    # exact and bounded (an exponent beyond 64 or 64 characters is refused, never expanded):
+    # the scheduler writes "4"; a forged "1e999999" must not hold the driver's lock
+    value = quantity_value(q) if len(q) <= _MAX_QUANTITY_CHARS else None
+    shown = q if len(q) <= _MAX_QUANTITY_CHARS else q[:40] + "..."
+    if value is None:
+        raise PermanentError(f"{where}: consumed cpu {shown!r} is not a quantity")
+    if value <= 0 or value.denominator != 1:
+        raise PermanentError(
+            f"{where}: consumed cpu {shown!r} must be a positive whole number of CPUs"
+        )
+    if value > _MAX_CPUS:
+        raise PermanentError(f"{where}: consumed cpu {shown!r} is more than any node has")
     return int(value)
 
 

@@ -20,7 +20,7 @@ import re
 from decimal import Decimal
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from drakit.models import Quantity
 
@@ -79,7 +79,7 @@ class TimeSlicingConfig(_Strict):
 class MpsConfig(_Strict):
     """``sharing.mpsConfig``: defaults every MPS client of the claim gets."""
 
-    default_active_thread_percentage: int | None = Field(
+    default_active_thread_percentage: StrictInt | None = Field(
         default=None, ge=1, le=100, alias="defaultActiveThreadPercentage"
     )
     default_pinned_device_memory_limit: Quantity | None = Field(

@@ -8,11 +8,14 @@ placements. Everything NVML does not own (NUMA node, PCIe root) comes from sysfs
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from drakit_nvidia_gpu.nvml import Nvml
 
 __all__ = ["GpuInfo", "MigPlacement", "MigProfileInfo", "NodeGpus", "read_gpus"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,9 @@ def read_gpus(nvml: Nvml, previous: NodeGpus | None = None) -> NodeGpus:
 
     A GPU that has fallen off the bus (``GpuIsLost``, from its handle or any later query)
     keeps what the previous round read at its NVML index, so it stays published (and tainted)
-    instead of vanishing; with nothing read at that index before it is left out.
+    instead of vanishing; with nothing read at that index before it is left out. A GPU for
+    which any other NVML call fails is treated the same way and named in a warning (the call
+    and the error): one GPU never stops the others from being published.
     """
     before = dict(zip(previous.indices, previous.gpus, strict=True)) if previous else {}
     gpus: list[GpuInfo] = []
@@ -112,6 +117,17 @@ def read_gpus(nvml: Nvml, previous: NodeGpus | None = None) -> NodeGpus:
             try:
                 info = _read_gpu(nvml, h)
             except nvml.gpu_lost:
+                info = None
+            except nvml.error as e:
+                log.warning(
+                    "NVML GPU %d: %r while reading it; %s",
+                    i,
+                    e,
+                    "its last reading is kept" if i in before else "it is not published",
+                )
+                info = None
+            except (ValueError, TypeError) as e:  # an answer drakit's models refuse
+                log.warning("NVML GPU %d: unusable answer (%s); it is skipped", i, e)
                 info = None
         if info is None:
             info = before.get(i)

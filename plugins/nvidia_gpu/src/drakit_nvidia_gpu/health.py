@@ -45,7 +45,10 @@ XID_MEANINGS = {
     120: "GSP error",
 }
 _WAIT_MS = 1000
-_RETRY_S = 5.0
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 30.0
+_FAILURES_UNHEALTHY = 3
+"""Failed waits in a row after which every watched GPU that does not answer is Unhealthy."""
 
 
 def xid_message(xid: int) -> str:
@@ -98,11 +101,36 @@ class XidWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._es: Any = None
+        self.unwatched: dict[str, str] = {}
+        """GPU UUID -> why its XID events are not watched (it stays Healthy unless lost)."""
+        self.failures = 0
+        """Consecutive failed waits (reset by an event or a timeout); drives the back-off."""
 
     def start(self, uuids: list[str]) -> None:
-        """Register the GPUs' events now (so nothing after this call is missed), then watch."""
-        self._uuids = list(uuids)
-        self._es = self.nvml.event_set([self.nvml.handle(u) for u in self._uuids])
+        """Register the GPUs' events now (so nothing after this call is missed), then watch.
+
+        A GPU NVML will not register (NotSupported, or any error for that GPU) is not watched,
+        logged with the reason (:attr:`unwatched`); health watching that NVML cannot do at all
+        is off, logged, never fatal: discovery and the other GPUs go on.
+        """
+        handles: dict[str, Any] = {}
+        for u in uuids:
+            try:
+                handles[u] = self.nvml.handle(u)
+            except self.nvml.error as e:
+                self.unwatched[u] = f"no NVML handle: {e!r}"
+        try:
+            self._es, refused = self.nvml.event_set(handles)
+        except self.nvml.error as e:
+            self.unwatched.update(dict.fromkeys(uuids, f"NVML event set unavailable: {e!r}"))
+            logger.warning("XID health watching is off for every GPU: %r", e)
+            return
+        self.unwatched.update(refused)
+        for u, why in sorted(self.unwatched.items()):
+            logger.warning("XID health watching is off for GPU %s: %s", u, why)
+        self._uuids = [u for u in uuids if u not in self.unwatched]
+        if not self._uuids:
+            return
         self._thread = threading.Thread(target=self._run, name="nvidia-xid-watcher", daemon=True)
         self._thread.start()
 
@@ -142,13 +170,18 @@ class XidWatcher:
 
     def _answers(self, uuid: str) -> bool:
         try:
-            self.nvml.pci_bus_id(self.nvml.handle(uuid))
+            h = self.nvml.handle(uuid)
+            self.nvml.pci_bus_id(h)
+            self.nvml.memory(h)  # reaches the GPU itself (the bus ID may be cached)
         except self.nvml.error:
             return False
         return True
 
     def _set(self, uuid: str, problem: GpuProblem) -> None:
         with self._lock:
+            old = self._problems.get(uuid)
+            if old is not None and old.kind == problem.kind == "lost":
+                return  # already known: no log or republish storm while it stays lost
             self._problems[uuid] = problem
         logger.warning("GPU %s is unhealthy: %s", uuid, problem.message)
         if self.on_change is not None:
@@ -170,20 +203,32 @@ class XidWatcher:
                     uuid, GpuProblem("lost", None, "GPU has fallen off the bus", self.clock())
                 )
 
+    def _backoff(self) -> float:
+        """Seconds to wait after the ``failures``-th failed wait in a row (0.1 s doubling)."""
+        return float(min(_BACKOFF_FIRST_S * 2 ** min(self.failures - 1, 16), _BACKOFF_MAX_S))
+
     def _run(self) -> None:
         es = self._es
         while not self._stop.is_set():
             try:
                 event = self.nvml.wait(es, _WAIT_MS)
             except self.nvml.timeout:
+                self.failures = 0
                 continue
             except self.nvml.gpu_lost:
+                self.failures += 1
                 self._lost()
+                self._stop.wait(self._backoff())  # NVML keeps saying so: never a busy loop
                 continue
             except self.nvml.error:
-                logger.exception("waiting for NVML events failed; retrying in %.0fs", _RETRY_S)
-                self._stop.wait(_RETRY_S)
+                self.failures += 1
+                delay = self._backoff()
+                logger.exception("waiting for NVML events failed; retrying in %.1fs", delay)
+                if self.failures >= _FAILURES_UNHEALTHY:
+                    self._lost()
+                self._stop.wait(delay)
                 continue
+            self.failures = 0
             try:
                 self.handle_event(event)
             except self.nvml.error:

@@ -140,6 +140,9 @@ class Nvml:
                 out.append(self.lib.nvmlDeviceGetHandleByIndex(i))
             except self.gpu_lost:
                 out.append(None)
+            except self.error as e:  # any other refusal for one GPU hides only that GPU
+                logger.warning("NVML GPU %d: no handle (%r); it is skipped this round", i, e)
+                out.append(None)
         return out
 
     def handle(self, uuid: str) -> Any:
@@ -292,18 +295,29 @@ class Nvml:
 
     # -- events --------------------------------------------------------------------------------
 
-    def event_set(self, handles: list[Any]) -> Any:
-        """An event set with every GPU that supports XID events registered for them."""
+    def event_set(self, handles: Mapping[str, Any]) -> tuple[Any, dict[str, str]]:
+        """An event set with every GPU that supports XID events registered for them.
+
+        ``handles``: GPU UUID -> handle. Returns the set and, per GPU that could not be
+        registered (NVML answered NotSupported or another error for it), why: health watching
+        is off for that GPU alone.
+
+        Raises:
+            self.error: the event set itself cannot be created.
+        """
         es = self.lib.nvmlEventSetCreate()
         xid = self.lib.nvmlEventTypeXidCriticalError
-        for h in handles:
+        unwatched: dict[str, str] = {}
+        for uuid, h in handles.items():
             try:
                 supported = int(self.lib.nvmlDeviceGetSupportedEventTypes(h))
-            except self.not_supported:
-                continue
-            if supported & xid:
+                if not supported & xid:
+                    unwatched[uuid] = "does not report XID events"
+                    continue
                 self.lib.nvmlDeviceRegisterEvents(h, xid, es)
-        return es
+            except self.error as e:
+                unwatched[uuid] = f"NVML refused event registration: {e!r}"
+        return es, unwatched
 
     def wait(self, es: Any, timeout_ms: int) -> Any:
         """The next event (``self.timeout`` / ``self.gpu_lost`` are raised as NVML does)."""

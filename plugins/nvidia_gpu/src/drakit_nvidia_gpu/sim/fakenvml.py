@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EVENTS_PATH",
+    "FAULT_CALLS",
     "MEMORY_SLICES",
     "NVML_DESCRIPTION_PATH",
     "STATE_PATH",
@@ -41,6 +42,7 @@ __all__ = [
     "gpu_uuid",
     "hopper_mig_profiles",
     "inject_gpu_lost",
+    "inject_nvml_fault",
     "inject_xid",
     "load_nvml_description",
     "mig_device_uuid",
@@ -306,6 +308,11 @@ NVMLError_LibraryNotFound = _error("LibraryNotFound", 12)
 NVMLError_GpuIsLost = _error("GpuIsLost", 15)
 NVMLError_InUse = _error("InUse", 19)
 NVMLError_InsufficientResources = _error("InsufficientResources", 23)
+_FAULTS: dict[str, type[NVMLError]] = {
+    "NotSupported": NVMLError_NotSupported,
+    "InsufficientResources": NVMLError_InsufficientResources,
+    "GpuIsLost": NVMLError_GpuIsLost,
+}
 
 
 class c_nvmlGpuInstancePlacement_t(ctypes.Structure):
@@ -582,9 +589,18 @@ class FakeNvml:
         """The ``/dev/nvidia<minor>`` minor."""
         return self._alive(handle).minor_number
 
+    def _fault(self, handle: Any, call: str) -> None:
+        """Raise the error :func:`inject_nvml_fault` set for this GPU and call, if any."""
+        uuid = getattr(handle, "uuid", None)
+        faults: dict[str, dict[str, str]] = self._read_state().get("faults", {})
+        name = faults.get(str(uuid), {}).get(call)
+        if name is not None:
+            raise _FAULTS[name]()
+
     def nvmlDeviceGetMemoryInfo(self, handle: _Device, version: int | None = None) -> _Info:
         """``.total``, ``.free`` and ``.used`` in bytes."""
         del version
+        self._fault(handle, "nvmlDeviceGetMemoryInfo")
         total = self._alive(handle).memory_total_bytes
         return _Info({"total": total, "free": total, "used": 0})
 
@@ -872,6 +888,7 @@ class FakeNvml:
         self, handle: _Device, event_types: int, event_set: _EventSet
     ) -> None:
         """Deliver the GPU's XID events to ``event_set``."""
+        self._fault(handle, "nvmlDeviceRegisterEvents")
         gpu = self._alive(handle)
         if event_types & self.nvmlEventTypeXidCriticalError:
             event_set.devices.add(gpu.uuid)
@@ -941,6 +958,28 @@ def inject_gpu_lost(root: Path, gpu_uuid: str) -> None:
         if gpu_uuid not in state["lost"]:
             state["lost"].append(gpu_uuid)
     _append_event(root, {"uuid": gpu_uuid, "lost": True})
+
+
+FAULT_CALLS = ("nvmlDeviceGetMemoryInfo", "nvmlDeviceRegisterEvents")
+"""The calls :func:`inject_nvml_fault` can make fail."""
+
+
+def inject_nvml_fault(root: Path, gpu_uuid: str, call: str, error: str = "NotSupported") -> None:
+    """Make one NVML call fail for one GPU, in every process reading this root, until cleared.
+
+    ``call`` is one of :data:`FAULT_CALLS`; ``error`` names the NVML error raised
+    (``NotSupported``, ``InsufficientResources``, ``GpuIsLost``); ``""`` clears the fault.
+    """
+    if call not in FAULT_CALLS or (error and error not in _FAULTS):
+        raise ValueError(f"cannot inject {error!r} into {call!r}")
+    fake = FakeNvml(root)
+    fake.nvmlInit()
+    with fake._state() as state:
+        faults = state.setdefault("faults", {}).setdefault(gpu_uuid, {})
+        if error:
+            faults[call] = error
+        else:
+            faults.pop(call, None)
 
 
 def recover_gpu(root: Path, gpu_uuid: str) -> None:
