@@ -23,7 +23,6 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from drakit.models import (
     NetworkData,
     PreparedDevice,
 )
+from drakit.preparekit import prepared_device, published_device, whole_quantity
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
 from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
@@ -95,18 +95,6 @@ def _names_hold(fn: NicFunction) -> bool:
     if fn.ifname is None or not os.path.isdir(f"{fn.path}/net/{fn.ifname}"):
         return False
     return fn.rdma_device is None or os.path.isdir(f"{fn.path}/infiniband/{fn.rdma_device}")
-
-
-def _whole(q: str, where: str, what: str) -> int:
-    if q.isdigit() and q.isascii() and int(q) > 0:  # what the scheduler writes ("4")
-        return int(q)
-    try:
-        value = Decimal(q.removesuffix("m")) / (1000 if q.endswith("m") else 1)
-    except InvalidOperation:
-        raise PermanentError(f"{where}: consumed {what} {q!r} is not a quantity") from None
-    if value <= 0 or value != value.to_integral_value():
-        raise PermanentError(f"{where}: consumed {what} {q!r} must be a positive whole number")
-    return int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +157,7 @@ class Preparer:
         self, published: Mapping[str, Published], claim: ClaimInfo, dev: AllocatedDevice
     ) -> _Plan:
         where = f"request {dev.request!r} device {dev.device!r}"
-        pub = published.get(dev.device)
-        if pub is None:
-            raise PermanentError(
-                f"{where}: not an AINIC device on this node (known: "
-                f"{', '.join(sorted(published)) or 'none'})"
-            )
+        pub = published_device(published, dev.device, f"{where}: not an AINIC device on this node")
         cfg = merged(dev.config)
         queues: int | None = cfg.get("queues")
         rate: int | None = cfg.get("bandwidth")
@@ -189,8 +172,8 @@ class Preparer:
                         "(a device of type 'vf' or 'shared')"
                     )
         if pub.mode == "shared":
-            got_q = _whole(dev.consumed_capacity.get(QUEUES, "1"), where, QUEUES)
-            got_b = _whole(dev.consumed_capacity.get(BANDWIDTH, "1"), where, BANDWIDTH)
+            got_q = whole_quantity(dev.consumed_capacity.get(QUEUES, "1"), where, QUEUES)
+            got_b = whole_quantity(dev.consumed_capacity.get(BANDWIDTH, "1"), where, BANDWIDTH)
             for key, asked, have, unit in (
                 ("queues", queues, got_q, "queues"),
                 ("bandwidth", rate, got_b, "Gbps"),
@@ -403,10 +386,8 @@ class Preparer:
             nodes = [CdiDeviceNode(path=f"/dev/infiniband/{fn.uverbs}"), _RDMA_CM_NODE]
             env.append(f"{prefix}RDMA_DEVICE={fn.rdma_device}")
             env.append(f"{prefix}UVERBS=/dev/infiniband/{fn.uverbs}")
-        return PreparedDevice(
-            request=dev.request,
-            pool=dev.pool,
-            device=dev.device,
+        return prepared_device(
+            dev,
             edits=CdiEdits(env=tuple(env), device_nodes=tuple(nodes)),
             state=state,
             network_data=(

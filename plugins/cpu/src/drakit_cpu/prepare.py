@@ -12,12 +12,12 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from drakit.cpuset import format_cpulist, parse_cpulist
 from drakit.errors import PermanentError, RetryableError
 from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice
+from drakit.preparekit import prepared_device, whole_quantity
 from drakit_cpu.allocator import (
     AllocationError,
     SMTAlignmentError,
@@ -68,16 +68,6 @@ def cpuset_env_name(device: str, share_id: str | None = None) -> str:
     if share_id:
         name += "_" + re.sub(r"[^A-Z0-9]", "", share_id.upper())
     return name
-
-
-def _whole_cpus(q: str, where: str) -> int:
-    try:
-        value = Decimal(q.removesuffix("m")) / (1000 if q.endswith("m") else 1)
-    except InvalidOperation:
-        raise PermanentError(f"{where}: consumed cpu {q!r} is not a quantity") from None
-    if value <= 0 or value != value.to_integral_value():
-        raise PermanentError(f"{where}: consumed cpu {q!r} must be a positive whole number of CPUs")
-    return int(value)
 
 
 def resolve_options(
@@ -178,10 +168,8 @@ def prepare_devices(
         taken |= chosen
         cpus = format_cpulist(chosen)
         out.append(
-            PreparedDevice(
-                request=dev.request,
-                pool=dev.pool,
-                device=dev.device,
+            prepared_device(
+                dev,
                 edits=CdiEdits(env=(f"{cpuset_env_name(dev.device, dev.share_id)}={cpus}",)),
                 state={"cpus": cpus, "policy": opts.policy if view.grouped else "scheduler"},
             )
@@ -201,7 +189,7 @@ def _choose(
 ) -> frozenset[int]:
     topo = view.topology
     group = view.groups[dev.device]
-    n = _whole_cpus(dev.consumed_capacity.get(CAPACITY, "1"), where)
+    n = whole_quantity(dev.consumed_capacity.get(CAPACITY, "1"), where, "cpu", unit=" of CPUs")
     if n > len(group):
         raise PermanentError(
             f"{where}: asks for {n} CPUs but the device has {len(group)}; the allocation "
