@@ -6,10 +6,11 @@ The public API (``docs/compatibility.md``) is what this module exports plus
 :mod:`drakit.cpuset`, :mod:`drakit.strategies`,
 :mod:`drakit.strategy_models`, :mod:`drakit.deviceclasses`, :mod:`drakit.admission` (what a
 backend's pod mutator implements), :mod:`drakit.clikit` (what a ``drakit`` command is built
-from), :mod:`drakit.simseam` (how production code finds simulators), and for tests
-:mod:`drakit.testing` (the test kit for backends: simulated nodes, hosts, running nodes, the
-contract suite; a pytest plugin, needs ``drakit[testing]``) and :mod:`drakit.sim` (simulated
-hardware). Everything else may change without notice.
+from), :mod:`drakit.preparekit` (what every prepare hook does alike), :mod:`drakit.simseam`
+(how production code finds simulators), and for tests :mod:`drakit.testing` (the test kit for
+backends: simulated nodes, hosts, running nodes, the contract suite; a pytest plugin, needs
+``drakit[testing]``) and :mod:`drakit.sim` (simulated hardware). Everything else may change
+without notice.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ __all__ = [
     "PCI_BUS_ID",
     "PciFunction",
     "pci_distance",
+    "read_attribute",
     "read_pci_function",
     "read_pci_functions",
     "standard_pci_attributes",
@@ -33,7 +34,8 @@ NUMA_NODE = "resource.kubernetes.io/numaNode"
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
 
 
-def _read(path: Path) -> str | None:
+def read_attribute(path: Path) -> str | None:
+    """A sysfs attribute's text, stripped; ``None`` where it is missing, unreadable or not ASCII."""
     try:
         return path.read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
@@ -41,7 +43,7 @@ def _read(path: Path) -> str | None:
 
 
 def _read_int(path: Path, base: int = 10) -> int | None:
-    text = _read(path)
+    text = read_attribute(path)
     if text is None:
         return None
     try:

@@ -127,15 +127,7 @@ class NodeService:
         return self._call("prepare", claims, api, self._handler.prepare, ClaimPrepareResult)
 
     def unprepare(self, claims: Sequence[ClaimRef], *, api: str) -> dict[str, ClaimUnprepareResult]:
-        """Call the handler and return exactly one result per requested claim UID.
-
-        Args:
-            claims: The requested claims (UIDs unique).
-            api: The API version that was called, for log messages.
-
-        Returns:
-            Results keyed by claim UID, in request order.
-        """
+        """:meth:`prepare`'s contract, for unprepare: one result per requested claim UID."""
         return self._call("unprepare", claims, api, self._handler.unprepare, ClaimUnprepareResult)
 
     def _call(

@@ -102,6 +102,14 @@ def device_root_of(device_root: Path | str | None, sysfs_root: Path | str) -> Pa
     return configured
 
 
+def _absolute(path: Path | str, setting: str, fix: str) -> str:
+    """``path`` normalised, or a :class:`PermanentError` naming ``setting`` and ``fix``."""
+    normal = os.path.normpath(str(path))
+    if not normal.startswith("/"):
+        raise PermanentError(f"{setting} {str(path)!r} is not an absolute path; set it to {fix}")
+    return normal
+
+
 class CdiWriter:
     """Writes and removes one driver's per-claim CDI specs.
 
@@ -129,20 +137,18 @@ class CdiWriter:
         self.kind = cdi_kind(driver)
         self.vendor = self.kind.split("/")[0]
         self._dir = str(cdi_dir)
-        root = os.path.normpath(str(device_root))
-        if not root.startswith("/"):
-            raise PermanentError(
-                f"device_root {str(device_root)!r} is not an absolute path; set it to the host "
-                "directory the device nodes' /dev is in (/ on most nodes)"
-            )
+        root = _absolute(
+            device_root,
+            "device_root",
+            "the host directory the device nodes' /dev is in (/ on most nodes)",
+        )
         self.device_root = Path(root)
         self._prefix = "" if root == "/" else root
-        seen = root if check_root is None else os.path.normpath(str(check_root))
-        if not seen.startswith("/"):
-            raise PermanentError(
-                f"device_root_mount {str(check_root)!r} is not an absolute path; set it to where "
-                "this process sees device_root"
-            )
+        seen = (
+            root
+            if check_root is None
+            else _absolute(check_root, "device_root_mount", "where this process sees device_root")
+        )
         self.check_root = Path(seen)
         self._seen = "" if seen == "/" else seen
         # regular files stand in for char devices only in a tree the simulator built unprivileged

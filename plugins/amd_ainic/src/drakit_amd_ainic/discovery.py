@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from drakit.sysfs import PciFunction, read_pci_function
+from drakit.sysfs import PciFunction, read_attribute, read_pci_function
 
 __all__ = [
     "ETH_PF",
@@ -37,13 +37,6 @@ ETH_VF = 0x1003
 _MODELS = {0x5201: "Pollara 400"}
 _PORT_ACTIVE = "ACTIVE"
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _int(text: str | None) -> int | None:
@@ -150,11 +143,13 @@ def read_link(sys_root: Path, ifname: str | None, rdma: str | None) -> LinkState
     operstate = carrier = None
     if ifname:
         net = sys_root / "class" / "net" / ifname
-        operstate = _read(net / "operstate")
-        c = _read(net / "carrier")
+        operstate = read_attribute(net / "operstate")
+        c = read_attribute(net / "carrier")
         carrier = None if c is None else c == "1"
     port = (
-        _read(sys_root / "class" / "infiniband" / rdma / "ports" / "1" / "state") if rdma else None
+        read_attribute(sys_root / "class" / "infiniband" / rdma / "ports" / "1" / "state")
+        if rdma
+        else None
     )
     return LinkState(operstate=operstate, carrier=carrier, port_state=port)
 
@@ -167,9 +162,9 @@ def read_function(sys_root: Path, fn: PciFunction, vf_index: int | None = None) 
     queues = 0
     if ifname:
         net = d / "net" / ifname
-        mac = _read(net / "address")
-        mtu = _int(_read(net / "mtu"))
-        s = _int(_read(net / "speed"))
+        mac = read_attribute(net / "address")
+        mtu = _int(read_attribute(net / "mtu"))
+        s = _int(read_attribute(net / "speed"))
         speed = s if s is not None and s > 0 else None
         try:
             queues = sum(1 for q in os.listdir(net / "queues") if q.startswith("rx-"))
@@ -178,13 +173,13 @@ def read_function(sys_root: Path, fn: PciFunction, vf_index: int | None = None) 
     rdma = fn.rdma_devices[0] if fn.rdma_devices else None
     uverbs = fw = None
     if rdma:
-        fw = _read(d / "infiniband" / rdma / "fw_ver")
+        fw = read_attribute(d / "infiniband" / rdma / "fw_ver")
         try:
             entries = sorted(os.listdir(d / "infiniband_verbs"))
         except OSError:
             entries = []
         for u in entries:
-            if _read(d / "infiniband_verbs" / u / "ibdev") == rdma:
+            if read_attribute(d / "infiniband_verbs" / u / "ibdev") == rdma:
                 uverbs = u
                 break
     return NicFunction(
@@ -743,7 +738,7 @@ def _pf(root: str | Path, bdf: str, ino: int, cache: SysfsCache) -> tuple[NicFun
         if pci is None or pci.physfn is not None:
             return None
         d = Path(os.path.realpath(Path(root) / "sys" / "bus" / "pci" / "devices" / bdf))
-        sub = _int(_read(d / "subsystem_device"))
+        sub = _int(read_attribute(d / "subsystem_device"))
         model = _MODELS.get(sub or 0, "DSC Ethernet Controller")
         hit = (ino, pci, d, model, _num(f"{d}/sriov_vf_device", 16))
         cache.pfs[bdf] = hit

@@ -35,8 +35,8 @@ from drakit.models import (
     ClaimInfo,
     NetworkData,
     PreparedDevice,
-    quantity_value,
 )
+from drakit.preparekit import prepared_device, published_device, whole_quantity
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
 from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
@@ -57,6 +57,10 @@ RDMA_CM = "/dev/infiniband/rdma_cm"
 _RDMA_CM_NODE = CdiDeviceNode(path=RDMA_CM)
 
 Select = Callable[[str, SelectionRequest], SelectionResult]
+
+
+_MAX_CONSUMED = 1 << 32
+"""More queues or Gbit/s than any NIC has: a consumed amount above it is refused."""
 
 
 def env_prefix(device: str, share_id: str | None = None) -> str:
@@ -96,25 +100,6 @@ def _names_hold(fn: NicFunction) -> bool:
     if fn.ifname is None or not os.path.isdir(f"{fn.path}/net/{fn.ifname}"):
         return False
     return fn.rdma_device is None or os.path.isdir(f"{fn.path}/infiniband/{fn.rdma_device}")
-
-
-_MAX_QUANTITY_CHARS = 64
-_MAX_CONSUMED = 1 << 32
-"""More queues or Gbit/s than any NIC has: a consumed amount above it is refused."""
-
-
-def _whole(q: str, where: str, what: str) -> int:
-    # exact and bounded (an exponent beyond 64 or 64 characters is refused, never expanded):
-    # the scheduler writes "4"; a forged "1e999999" must not hold the driver's lock
-    value = quantity_value(q) if len(q) <= _MAX_QUANTITY_CHARS else None
-    shown = q if len(q) <= _MAX_QUANTITY_CHARS else q[:40] + "..."
-    if value is None:
-        raise PermanentError(f"{where}: consumed {what} {shown!r} is not a quantity")
-    if value <= 0 or value.denominator != 1:
-        raise PermanentError(f"{where}: consumed {what} {shown!r} must be a positive whole number")
-    if value > _MAX_CONSUMED:
-        raise PermanentError(f"{where}: consumed {what} {shown!r} is more than any NIC has")
-    return int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,12 +164,7 @@ class Preparer:
         self, published: Mapping[str, Published], claim: ClaimInfo, dev: AllocatedDevice
     ) -> _Plan:
         where = f"request {dev.request!r} device {dev.device!r}"
-        pub = published.get(dev.device)
-        if pub is None:
-            raise PermanentError(
-                f"{where}: not an AINIC device on this node (known: "
-                f"{', '.join(sorted(published)) or 'none'})"
-            )
+        pub = published_device(published, dev.device, f"{where}: not an AINIC device on this node")
         cfg = merged(dev.config)
         queues: int | None = cfg.get("queues")
         rate: int | None = cfg.get("bandwidth")
@@ -199,8 +179,20 @@ class Preparer:
                         "(a device of type 'vf' or 'shared')"
                     )
         if pub.mode == "shared":
-            got_q = _whole(dev.consumed_capacity.get(QUEUES, "1"), where, QUEUES)
-            got_b = _whole(dev.consumed_capacity.get(BANDWIDTH, "1"), where, BANDWIDTH)
+            got_q = whole_quantity(
+                dev.consumed_capacity.get(QUEUES, "1"),
+                where,
+                QUEUES,
+                most=_MAX_CONSUMED,
+                holder="any NIC",
+            )
+            got_b = whole_quantity(
+                dev.consumed_capacity.get(BANDWIDTH, "1"),
+                where,
+                BANDWIDTH,
+                most=_MAX_CONSUMED,
+                holder="any NIC",
+            )
             for key, asked, have, unit in (
                 ("queues", queues, got_q, "queues"),
                 ("bandwidth", rate, got_b, "Gbps"),
@@ -418,10 +410,8 @@ class Preparer:
             nodes = [CdiDeviceNode(path=f"/dev/infiniband/{fn.uverbs}"), _RDMA_CM_NODE]
             env.append(f"{prefix}RDMA_DEVICE={fn.rdma_device}")
             env.append(f"{prefix}UVERBS=/dev/infiniband/{fn.uverbs}")
-        return PreparedDevice(
-            request=dev.request,
-            pool=dev.pool,
-            device=dev.device,
+        return prepared_device(
+            dev,
             edits=CdiEdits(env=tuple(env), device_nodes=tuple(nodes)),
             state=state,
             network_data=(

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from drakit.errors import PermanentError
 from drakit.models import CdiDeviceNode, CdiEdits, ClaimInfo, PreparedDevice
+from drakit.preparekit import prepared_device, published_device
 from drakit_amd_gpu.devices import Published
 
 __all__ = ["prepare_devices"]
@@ -25,13 +25,12 @@ def prepare_devices(
     """
     out = []
     for dev in claim.devices:
-        target = published.get(dev.device)
-        if target is None:
-            raise PermanentError(
-                f"claim {claim.namespace}/{claim.name} request {dev.request!r}: "
-                f"{dev.device!r} is not an AMD GPU on this node "
-                f"(known: {', '.join(sorted(published)) or 'none'})"
-            )
+        target = published_device(
+            published,
+            dev.device,
+            f"claim {claim.namespace}/{claim.name} request {dev.request!r}: "
+            f"{dev.device!r} is not an AMD GPU on this node",
+        )
         nodes = [CdiDeviceNode(path="/dev/kfd")]
         renders = [n.render_minor for n in target.nodes] or (
             [target.gpu.render_minor] if target.gpu.render_minor is not None else []
@@ -42,10 +41,8 @@ def prepare_devices(
                 nodes.append(CdiDeviceNode(path=f"/dev/dri/card{card}"))
             nodes.append(CdiDeviceNode(path=f"/dev/dri/renderD{minor}"))
         out.append(
-            PreparedDevice(
-                request=dev.request,
-                pool=dev.pool,
-                device=dev.device,
+            prepared_device(
+                dev,
                 edits=CdiEdits(device_nodes=tuple(nodes)),
                 state={"bdf": target.gpu.fn.bdf, "render_minors": renders},
             )

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from drakit.context import PluginContext
 from drakit.errors import PermanentError
 from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice
+from drakit.preparekit import prepared_device
 from drakit_composite.devices import Owners
 from drakit_composite.locked import Share
 from drakit_composite.pairing import Pair
@@ -103,10 +104,8 @@ def prepare_devices(
         nic = got_by[(owners.nic, dev.request, pair.nic.name)]
         tag = _tag(dev.device)
         out.append(
-            PreparedDevice(
-                request=dev.request,
-                pool=dev.pool,
-                device=dev.device,
+            prepared_device(
+                dev,
                 edits=_merged(
                     (gpu.edits, nic.edits),
                     f"DRAKIT_{tag}_GPU={pair.gpu.pci.bdf}",
@@ -124,10 +123,8 @@ def prepare_devices(
     for dev, part, sub in parts:
         whole = got_by[(part.plugin, sub, part.member)]
         out.append(
-            PreparedDevice(
-                request=dev.request,
-                pool=dev.pool,
-                device=dev.device,
+            prepared_device(
+                dev,
                 edits=_merged((whole.edits,), f"DRAKIT_{_tag(dev.device)}_MEMBER={part.member}"),
                 state={"member": part.member, "plugin": part.plugin, "amount": part.amount},
                 network_data=whole.network_data,

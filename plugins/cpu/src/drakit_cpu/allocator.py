@@ -390,29 +390,34 @@ class _Accumulator:
                 members.add(inner(info))
         return grouped
 
+    def _per_parent(
+        self,
+        parents: Iterable[int],
+        outer: _Key,
+        inner: _Key,
+        order: Callable[[Iterable[int]], list[int]],
+    ) -> list[int]:
+        """The free ``inner`` units of each ``outer`` parent, parents in the order given."""
+        children = self._group(outer, inner)
+        return [unit for parent in parents for unit in order(children.get(parent, ()))]
+
     # ------------------------------------------------------------ orderings (sortAvailable*)
 
     @_memoized
     def numa_order(self) -> list[int]:
         """NUMA nodes with a free CPU, in kubelet's ``sortAvailableNUMANodes`` order."""
+        free = self.free_numa
         if self.numa_first:
-            return _ordered(self.free_numa, self.free_numa)
-        numas_of = self._group(_SOCKET, _NUMA)
-        order: list[int] = []
-        for socket in self.socket_order():
-            order.extend(_ordered(numas_of.get(socket, ()), self.free_numa))
-        return order
+            return _ordered(free, free)
+        return self._per_parent(self.socket_order(), _SOCKET, _NUMA, lambda u: _ordered(u, free))
 
     @_memoized
     def socket_order(self) -> list[int]:
         """Sockets with a free CPU, in kubelet's ``sortAvailableSockets`` order."""
+        free = self.free_socket
         if not self.numa_first:
-            return _ordered(self.free_socket, self.free_socket)
-        sockets_of = self._group(_NUMA, _SOCKET)
-        order: list[int] = []
-        for numa in self.numa_order():
-            order.extend(_ordered(sockets_of.get(numa, ()), self.free_socket))
-        return order
+            return _ordered(free, free)
+        return self._per_parent(self.numa_order(), _NUMA, _SOCKET, lambda u: _ordered(u, free))
 
     @_memoized
     def core_order(self) -> list[int]:
@@ -421,83 +426,68 @@ class _Accumulator:
         A core id present in several parents (sockets or NUMA nodes) appears once per parent,
         as in kubelet.
         """
-        order: list[int] = []
+        free = self.free_core
         if self.numa_first:
-            cores_of = self._group(_SOCKET, _CORE)
-            parents = self.socket_order()
-        else:
-            cores_of = self._group(_NUMA, _CORE)
-            parents = self.numa_order()
-        for parent in parents:
-            order.extend(_ordered(cores_of.get(parent, ()), self.free_core))
-        return order
+            return self._per_parent(
+                self.socket_order(), _SOCKET, _CORE, lambda u: _ordered(u, free)
+            )
+        return self._per_parent(self.numa_order(), _NUMA, _CORE, lambda u: _ordered(u, free))
 
     @_memoized
     def uncore_order(self) -> list[int]:
         """Uncore caches in kubelet's ``sortAvailableUncoreCaches`` order (per NUMA node)."""
-        uncores_of = self._group(_NUMA, _UNCORE)
-        order: list[int] = []
-        for numa in self.numa_order():
-            order.extend(_ordered(uncores_of.get(numa, ()), self.free_uncore))
-        return order
+        free = self.free_uncore
+        return self._per_parent(self.numa_order(), _NUMA, _UNCORE, lambda u: _ordered(u, free))
 
     @_memoized
     def cpu_order(self) -> list[int]:
         """Free CPUs in kubelet's ``sortAvailableCPUsPacked``/``...Spread`` order."""
-        order: list[int] = []
         if self.spread:
-            cpus_of = self._group(_SOCKET, _CPU)
-            for socket in self.socket_order():
-                order.extend(sorted(cpus_of.get(socket, ())))
-        else:
-            cpus_of = self._group(_CORE, _CPU)
-            for core in self.core_order():
-                order.extend(sorted(cpus_of.get(core, ())))
-        return order
+            return self._per_parent(self.socket_order(), _SOCKET, _CPU, sorted)
+        return self._per_parent(self.core_order(), _CORE, _CPU, sorted)
 
     # ------------------------------------------------------------ free units (free*)
 
     def free_numa_nodes(self) -> list[int]:
         topo = self.topo
-        return [
-            numa
-            for numa in self.numa_order()
-            if self.free_numa.get(numa, 0) == len(topo.cpus_in_numa_node(numa))
-        ]
+        return _all_free(
+            self.numa_order(), self.free_numa, lambda n: len(topo.cpus_in_numa_node(n))
+        )
 
     def free_sockets(self) -> list[int]:
         per_socket = self.topo.cpus_per_socket()
-        return [s for s in self.socket_order() if self.free_socket.get(s, 0) == per_socket]
+        return _all_free(self.socket_order(), self.free_socket, lambda _: per_socket)
 
     def free_uncore_caches(self) -> list[int]:
         topo = self.topo
-        return [
-            uncore
-            for uncore in self.uncore_order()
-            if self.free_uncore.get(uncore, 0) == len(topo.cpus_in_uncore_cache(uncore))
-        ]
+        return _all_free(
+            self.uncore_order(), self.free_uncore, lambda u: len(topo.cpus_in_uncore_cache(u))
+        )
 
     def free_cores(self) -> list[int]:
         per_core = self.topo.cpus_per_core()
-        return [core for core in self.core_order() if self.free_core.get(core, 0) == per_core]
+        return _all_free(self.core_order(), self.free_core, lambda _: per_core)
 
     # ------------------------------------------------------------ take* steps
 
-    def take_full_numa_nodes(self) -> None:
-        for numa in self.free_numa_nodes():
-            cpus = self.topo.cpus_in_numa_node(numa)
+    def _take_whole(
+        self, units: Iterable[int], cpus_of: Callable[[int], Collection[int]], step: str, what: str
+    ) -> None:
+        """Kubelet's ``takeFull*`` steps: take each free unit whole while the request needs it."""
+        for unit in units:
+            cpus = cpus_of(unit)
             if not self.needs_at_least(len(cpus)):
                 continue
-            logger.debug("takeFullNUMANodes: claiming NUMA node %d", numa)
+            logger.debug("%s: claiming %s %d", step, what, unit)
             self.take(cpus)
 
+    def take_full_numa_nodes(self) -> None:
+        self._take_whole(
+            self.free_numa_nodes(), self.topo.cpus_in_numa_node, "takeFullNUMANodes", "NUMA node"
+        )
+
     def take_full_sockets(self) -> None:
-        for socket in self.free_sockets():
-            cpus = self.topo.cpus_in_socket(socket)
-            if not self.needs_at_least(len(cpus)):
-                continue
-            logger.debug("takeFullSockets: claiming socket %d", socket)
-            self.take(cpus)
+        self._take_whole(self.free_sockets(), self.topo.cpus_in_socket, "takeFullSockets", "socket")
 
     def take_full_first_level(self) -> None:
         if self.numa_first:
@@ -512,12 +502,9 @@ class _Accumulator:
             self.take_full_numa_nodes()
 
     def take_full_uncore(self) -> None:
-        for uncore in self.free_uncore_caches():
-            cpus = self.topo.cpus_in_uncore_cache(uncore)
-            if not self.needs_at_least(len(cpus)):
-                continue
-            logger.debug("takeFullUncore: claiming uncore %d", uncore)
-            self.take(cpus)
+        self._take_whole(
+            self.free_uncore_caches(), self.topo.cpus_in_uncore_cache, "takeFullUncore", "uncore"
+        )
 
     def take_partial_uncore(self, uncore: int) -> None:
         per_core = self.topo.cpus_per_core()
@@ -558,12 +545,7 @@ class _Accumulator:
                 return
 
     def take_full_cores(self) -> None:
-        for core in self.free_cores():
-            cpus = self.topo.cpus_in_core(core)
-            if not self.needs_at_least(len(cpus)):
-                continue
-            logger.debug("takeFullCores: claiming core %d", core)
-            self.take(cpus)
+        self._take_whole(self.free_cores(), self.topo.cpus_in_core, "takeFullCores", "core")
 
     def take_remaining_cpus(self) -> None:
         for cpu in self.cpu_order():
@@ -582,6 +564,13 @@ class _Accumulator:
         min_numas = (groups_needed - 1) // groups_per_numa + 1
         max_numas = min(groups_needed, num_numa_available)
         return min_numas, max_numas
+
+
+def _all_free(
+    order: Iterable[int], free: Mapping[int, int], size: Callable[[int], int]
+) -> list[int]:
+    """The units of ``order`` whose CPUs (``size`` of them) are all free (kubelet's ``free*``)."""
+    return [unit for unit in order if free.get(unit, 0) == size(unit)]
 
 
 def _bump(counts: dict[int, int], key: int, delta: int) -> None:

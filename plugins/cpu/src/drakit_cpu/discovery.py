@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from drakit.cpuset import CpuListError, parse_cpulist
-from drakit_cpu.topology import CpuTopology, TopologyError
+from drakit_cpu.topology import CpuTopology, cpulist_in, int_in
 
 __all__ = ["MAX_STRING_ATTRIBUTE", "CpuFacts", "read_cpu_facts", "read_node"]
 
@@ -86,22 +85,12 @@ def _read(path: Path) -> str | None:
 
 def _int(path: Path) -> int | None:
     text = _read(path)
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError as exc:
-        raise TopologyError(f"{path} holds {text!r}, not an integer") from exc
+    return None if text is None else int_in(path, text)
 
 
 def _cpulist(path: Path) -> frozenset[int] | None:
     text = _read(path)
-    if text is None:
-        return None
-    try:
-        return parse_cpulist(text)
-    except CpuListError as exc:
-        raise TopologyError(f"{path}: {exc}") from exc
+    return None if text is None else cpulist_in(path, text)
 
 
 def _l3_id(cache_dir: Path) -> int | None:

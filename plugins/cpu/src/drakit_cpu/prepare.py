@@ -16,7 +16,8 @@ from typing import Any
 
 from drakit.cpuset import format_cpulist, parse_cpulist
 from drakit.errors import PermanentError, RetryableError
-from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice, quantity_value
+from drakit.models import AllocatedDevice, CdiEdits, ClaimInfo, PreparedDevice
+from drakit.preparekit import prepared_device, whole_quantity
 from drakit_cpu.allocator import (
     AllocationError,
     SMTAlignmentError,
@@ -56,6 +57,10 @@ class CpuView:
     grouped: bool
 
 
+_MAX_CPUS = 1 << 20
+"""More CPUs than any node has: a consumed count above it is refused, not computed with."""
+
+
 def cpuset_env_name(device: str, share_id: str | None = None) -> str:
     """The CDI environment variable carrying one allocated device's cpuset.
 
@@ -67,27 +72,6 @@ def cpuset_env_name(device: str, share_id: str | None = None) -> str:
     if share_id:
         name += "_" + re.sub(r"[^A-Z0-9]", "", share_id.upper())
     return name
-
-
-_MAX_QUANTITY_CHARS = 64
-_MAX_CPUS = 1 << 20
-"""More CPUs than any node has: a consumed count above it is refused, not computed with."""
-
-
-def _whole_cpus(q: str, where: str) -> int:
-    # exact and bounded (an exponent beyond 64 or 64 characters is refused, never expanded):
-    # the scheduler writes "4"; a forged "1e999999" must not hold the driver's lock
-    value = quantity_value(q) if len(q) <= _MAX_QUANTITY_CHARS else None
-    shown = q if len(q) <= _MAX_QUANTITY_CHARS else q[:40] + "..."
-    if value is None:
-        raise PermanentError(f"{where}: consumed cpu {shown!r} is not a quantity")
-    if value <= 0 or value.denominator != 1:
-        raise PermanentError(
-            f"{where}: consumed cpu {shown!r} must be a positive whole number of CPUs"
-        )
-    if value > _MAX_CPUS:
-        raise PermanentError(f"{where}: consumed cpu {shown!r} is more than any node has")
-    return int(value)
 
 
 def resolve_options(
@@ -188,10 +172,8 @@ def prepare_devices(
         taken |= chosen
         cpus = format_cpulist(chosen)
         out.append(
-            PreparedDevice(
-                request=dev.request,
-                pool=dev.pool,
-                device=dev.device,
+            prepared_device(
+                dev,
                 edits=CdiEdits(env=(f"{cpuset_env_name(dev.device, dev.share_id)}={cpus}",)),
                 state={"cpus": cpus, "policy": opts.policy if view.grouped else "scheduler"},
             )
@@ -211,7 +193,14 @@ def _choose(
 ) -> frozenset[int]:
     topo = view.topology
     group = view.groups[dev.device]
-    n = _whole_cpus(dev.consumed_capacity.get(CAPACITY, "1"), where)
+    n = whole_quantity(
+        dev.consumed_capacity.get(CAPACITY, "1"),
+        where,
+        "cpu",
+        unit=" of CPUs",
+        most=_MAX_CPUS,
+        holder="any node",
+    )
     if n > len(group):
         raise PermanentError(
             f"{where}: asks for {n} CPUs but the device has {len(group)}; the allocation "

@@ -30,7 +30,7 @@ from types import MappingProxyType
 
 from drakit.cpuset import CpuListError, parse_cpulist
 
-__all__ = ["CpuInfo", "CpuTopology", "TopologyError"]
+__all__ = ["CpuInfo", "CpuTopology", "TopologyError", "cpulist_in", "int_in"]
 
 logger = logging.getLogger(__name__)
 
@@ -422,20 +422,36 @@ def _read_text(path: Path) -> str:
         raise TopologyError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def _read_int(path: Path) -> int:
-    text = _read_text(path)
+def int_in(path: Path, text: str) -> int:
+    """``text``, read from the sysfs file ``path``, as an integer.
+
+    Raises:
+        TopologyError: naming ``path``, where ``text`` is not an integer.
+    """
     try:
         return int(text)
     except ValueError as exc:
         raise TopologyError(f"{path} holds {text!r}, not an integer") from exc
 
 
-def _read_cpulist(path: Path) -> frozenset[int]:
-    text = _read_text(path)
+def cpulist_in(path: Path, text: str) -> frozenset[int]:
+    """``text``, read from the sysfs file ``path``, as a CPU list (``0-3,8``).
+
+    Raises:
+        TopologyError: naming ``path``, where ``text`` is not a CPU list.
+    """
     try:
         return parse_cpulist(text)
     except CpuListError as exc:
         raise TopologyError(f"{path}: {exc}") from exc
+
+
+def _read_int(path: Path) -> int:
+    return int_in(path, _read_text(path))
+
+
+def _read_cpulist(path: Path) -> frozenset[int]:
+    return cpulist_in(path, _read_text(path))
 
 
 def _first_cpulist(directory: Path, names: Sequence[str]) -> frozenset[int] | None:

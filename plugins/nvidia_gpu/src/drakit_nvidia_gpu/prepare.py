@@ -19,6 +19,7 @@ from typing import Any
 
 from drakit.errors import PermanentError, RetryableError
 from drakit.models import AllocatedDevice, CdiEdits, CdiMount, ClaimInfo, PreparedDevice
+from drakit.preparekit import prepared_device, published_device
 from drakit_nvidia_gpu.cdi import gpu_nodes, visible_env
 from drakit_nvidia_gpu.config import INTERVALS, GpuConfig, Sharing
 from drakit_nvidia_gpu.devices import Published
@@ -147,12 +148,9 @@ def prepare_devices(
     made: list[tuple[AllocatedDevice, Published, str, MigInstance | None]] = []
     for dev in claim.devices:
         where = f"claim {claim.namespace}/{claim.name} request {dev.request!r} ({dev.device})"
-        target = published.get(dev.device)
-        if target is None:
-            raise PermanentError(
-                f"{where}: {dev.device!r} is not an NVIDIA device on this node "
-                f"(known: {', '.join(sorted(published)) or 'none'})"
-            )
+        target = published_device(
+            published, dev.device, f"{where}: {dev.device!r} is not an NVIDIA device on this node"
+        )
         mig = None
         if target.placement is not None:
             mig = ensure_mig(nvml, root, target.gpu, target.placement, held_mig, where)
@@ -182,10 +180,8 @@ def prepare_devices(
         if mig is not None:
             state.update(mig.state())
         out.append(
-            PreparedDevice(
-                request=dev.request,
-                pool=dev.pool,
-                device=dev.device,
+            prepared_device(
+                dev,
                 edits=CdiEdits(
                     env=tuple(env),
                     device_nodes=gpu_nodes(target.gpu.minor, mig.caps if mig else ()),
