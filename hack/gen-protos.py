@@ -9,8 +9,8 @@ Two packages hold .proto files:
 Usage (from the repository root)::
 
     uv run python hack/gen-protos.py            # rewrite the committed stubs
-    uv run python hack/gen-protos.py --out DIR  # write them under DIR/<package path> instead (tests)
-    uv run python hack/gen-protos.py --fetch-nri  # re-fetch api.proto from the Go module proxy first
+    uv run python hack/gen-protos.py --out DIR   # write them under DIR/<package> (tests)
+    uv run python hack/gen-protos.py --fetch-nri # re-fetch api.proto from the Go proxy first
 
 ``--fetch-nri`` runs ``go mod download`` for ``github.com/containerd/nri`` at :data:`NRI_VERSION`
 and copies its ``pkg/api/api.proto`` after checking :data:`NRI_API_PROTO_SHA256`; to move to
@@ -30,8 +30,8 @@ import importlib.resources
 import json
 import re
 import shutil
-import sys
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
