@@ -3,7 +3,8 @@
 A plugin built on drakit.nri registers on containerd's NRI socket, is configured and synchronized,
 sees a pod's RunPodSandbox and CreateContainer, adds an environment variable the container
 prints, and after its connection drops reconnects and finds the running container in
-Synchronize.
+Synchronize. A handler that raises fails the container's creation, with its message in the pod's
+events, and the container starts once the handler lets it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
-from tests.e2e.realnode import RealNode, delete_pod, env_of, run_pod
+from tests.e2e.realnode import RealNode, delete_pod, env_of, pod, pod_events, pod_phase, run_pod
 
 from drakit.nri import Handlers, Plugin, api
 
@@ -30,6 +31,7 @@ class Recorder(Handlers):
         self.synced: list[list[api.Container]] = []
         self.sandboxes: list[api.PodSandbox] = []
         self.created: list[tuple[api.PodSandbox, api.Container]] = []
+        self.refuse: set[str] = set()  # pod names whose containers this plugin refuses
 
     def configure(self, request: api.ConfigureRequest) -> None:
         with self.lock:
@@ -51,6 +53,8 @@ class Recorder(Handlers):
         if request.pod.namespace != self.namespace:
             return api.CreateContainerResponse()
         with self.lock:
+            if request.pod.name in self.refuse:
+                raise RuntimeError(f"drakit-e2e refuses {request.pod.name}")
             self.created.append((request.pod, request.container))
         env = api.KeyValue(
             key="DRAKIT_NRI_SAW", value=f"{request.pod.name}/{request.container.name}"
@@ -105,3 +109,33 @@ def test_plugin_registers_sees_a_pod_and_adjusts_its_container(
     assert resynced, "the running container is missing from the second Synchronize"
     assert "DRAKIT_NRI_SAW=nri/c" in resynced[0].env
     delete_pod(control_plane, namespace, "nri")
+
+
+def test_a_handler_error_fails_the_container_until_it_stops(
+    control_plane: ControlPlane, real_node: RealNode, namespace: str, plugin: Plugin
+) -> None:
+    recorder = plugin.handlers
+    assert isinstance(recorder, Recorder)
+    assert plugin.synchronized.wait(15), "containerd never synchronized the plugin"
+    recorder.refuse.add("refused")
+    body = pod("refused", real_node.name, ["sh", "-c", "echo started; exec sleep 3600"])
+    control_plane.api("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+
+    def refusal() -> list[str] | None:
+        found = [e for e in pod_events(control_plane, namespace, "refused") if "refuses" in e]
+        return found or None
+
+    events = wait_for(refusal, timeout=60, what="the kubelet to report the plugin's refusal")
+    assert "drakit-e2e refuses refused" in events[0]
+    assert pod_phase(control_plane, namespace, "refused") == "Pending"
+    with recorder.lock:
+        assert recorder.created == []
+    assert plugin.connected, "an error answer must not cost the plugin its connection"
+
+    recorder.refuse.clear()  # the kubelet retries CreateContainer with back-off
+    wait_for(
+        lambda: pod_phase(control_plane, namespace, "refused") == "Running",
+        timeout=90,
+        what="the container to start once the plugin lets it",
+    )
+    delete_pod(control_plane, namespace, "refused")
