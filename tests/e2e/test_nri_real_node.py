@@ -3,14 +3,16 @@
 A plugin built on drakit.nri registers on containerd's NRI socket, is configured and synchronized,
 sees a pod's RunPodSandbox and CreateContainer, adds an environment variable the container
 prints, and after its connection drops reconnects and finds the running container in
-Synchronize. A handler that raises fails the container's creation, with its message in the pod's
-events, and the container starts once the handler lets it.
+Synchronize; an unsolicited UpdateContainers sets the container's cpuset. A handler that raises
+fails the container's creation, with its message in the pod's events, and the container starts
+once the handler lets it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.e2e.controlplane import ControlPlane, wait_for
@@ -99,6 +101,17 @@ def test_plugin_registers_sees_a_pod_and_adjusts_its_container(
     assert pod.namespace == namespace
     assert container.name == "c"
     assert any(ns.type == "network" and ns.path for ns in pod.linux.namespaces)
+
+    # An unsolicited update reaches the container's cgroup (cgroup v1 cpuset, cgroupfs driver).
+    cpuset = (
+        Path("/sys/fs/cgroup/cpuset") / container.linux.cgroups_path.lstrip("/") / "cpuset.cpus"
+    )
+    assert cpuset.is_file(), f"no cpuset cgroup at {cpuset}"
+    assert cpuset.read_text().strip() != "0", "the container already runs on CPU 0 only"
+    update = api.ContainerUpdate(container_id=container.id)
+    update.linux.resources.cpu.cpus = "0"
+    assert plugin.update_containers([update]) == []
+    assert cpuset.read_text().strip() == "0"
 
     # The connection drops: Plugin.run reconnects, and Synchronize lists the running container
     # (with the env var this plugin added when it was created).

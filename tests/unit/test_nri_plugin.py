@@ -406,3 +406,30 @@ def test_registration_fields_are_checked_as_the_runtime_does(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         check_registration(name, index)
+
+
+def test_update_containers_calls_the_runtime_and_returns_the_failed(
+    connected: tuple[Plugin, Peer, Recorder],
+) -> None:
+    plugin, peer, _ = connected
+    peer.handshake()
+    failed: list[list[api.ContainerUpdate]] = []
+    update = api.ContainerUpdate(container_id="c1")
+    update.linux.resources.cpu.cpus = "4-7"
+    caller = threading.Thread(target=lambda: failed.append(plugin.update_containers([update])))
+    caller.start()
+    frame = peer.read(2)
+    request = ttrpc.Request.FromString(frame.data)
+    assert (frame.stream_id, request.method) == (3, "UpdateContainers")  # after RegisterPlugin's 1
+    sent = api.UpdateContainersRequest.FromString(request.payload)
+    assert [(u.container_id, u.linux.resources.cpu.cpus) for u in sent.update] == [("c1", "4-7")]
+    answer = api.UpdateContainersResponse(failed=[api.ContainerUpdate(container_id="c1")])
+    peer.reply(2, frame.stream_id, ttrpc.Response(payload=answer.SerializeToString()))
+    caller.join(5)
+    assert [[u.container_id for u in f] for f in failed] == [["c1"]]
+
+
+def test_update_containers_needs_a_connection() -> None:
+    plugin = Plugin(Recorder(), name="drakit", index="10", socket_path=Path("/nonexistent"))
+    with pytest.raises(ClosedError, match="not connected"):
+        plugin.update_containers([])

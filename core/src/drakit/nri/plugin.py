@@ -509,6 +509,34 @@ class Plugin:
         log.info("NRI: registered as %s-%s on %s", self.index, self.name, self.socket_path)
         return conn
 
+    def update_containers(
+        self,
+        updates: list[api.ContainerUpdate],
+        evictions: list[api.ContainerEviction] | None = None,
+        *,
+        timeout: float = 2.0,
+    ) -> list[api.ContainerUpdate]:
+        """Ask the runtime, unsolicited, to update (or evict) containers; return those that failed.
+
+        Runtimes with NRI before v0.12.1 can deadlock on this (containerd#13733); containerd
+        v2.4.2 embeds v0.12.3.
+
+        Raises:
+            ClosedError: Not connected.
+            NRIError: The runtime refused the call or did not answer in ``timeout``.
+        """
+        conn = self._conn
+        if conn is None:
+            raise ClosedError("NRI: not connected")
+        response = api.UpdateContainersResponse()
+        conn.call(
+            "UpdateContainers",
+            api.UpdateContainersRequest(update=updates, evict=evictions or []),
+            response,
+            timeout,
+        )
+        return list(response.failed)
+
     def close(self) -> None:
         """Close the connection (the runtime drops the plugin)."""
         conn = self._conn
