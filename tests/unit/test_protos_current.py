@@ -1,8 +1,10 @@
-"""The committed kubelet gRPC stubs are exactly what hack/gen-protos.py generates."""
+"""The committed protobuf stubs (kubelet, NRI) are exactly what hack/gen-protos.py generates."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import re
 import subprocess
 import sys
@@ -11,7 +13,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROTO_DIR = REPO / "core" / "src" / "drakit" / "kubelet" / "_proto"
+SRC = REPO / "core" / "src"
+PROTO_DIR = SRC / "drakit" / "kubelet" / "_proto"
+NRI_PROTO_DIR = SRC / "drakit" / "nri" / "_proto"
 GENERATOR = REPO / "hack" / "gen-protos.py"
 FIX = "the committed stubs are stale: run `uv run python hack/gen-protos.py` and commit the result"
 
@@ -25,7 +29,7 @@ def _generated(directory: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def regenerated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def regenerated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("protos")
     proc = subprocess.run(
         [sys.executable, str(GENERATOR), "--out", str(out)],
@@ -35,14 +39,38 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         cwd=REPO,
     )
     assert proc.returncode == 0, f"hack/gen-protos.py failed:\n{proc.stdout}\n{proc.stderr}"
-    return _generated(out)
+    return out
 
 
-def test_committed_stubs_match_the_generator(regenerated: dict[str, str]) -> None:
-    committed = _generated(PROTO_DIR)
+@pytest.mark.parametrize("committed_dir", [PROTO_DIR, NRI_PROTO_DIR], ids=["kubelet", "nri"])
+def test_committed_stubs_match_the_generator(regenerated_root: Path, committed_dir: Path) -> None:
+    regenerated = _generated(regenerated_root / committed_dir.relative_to(SRC))
+    committed = _generated(committed_dir)
     assert sorted(committed) == sorted(regenerated), FIX
     stale = [name for name, text in regenerated.items() if committed[name] != text]
     assert stale == [], f"{FIX} (differs: {', '.join(stale)})"
+
+
+def test_nri_api_proto_is_the_pinned_one() -> None:
+    # containerd v2.4.2 embeds NRI v0.12.3; the digest is the file's in that Go module.
+    spec = importlib.util.spec_from_file_location("gen_protos", GENERATOR)
+    assert spec is not None
+    assert spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.NRI_VERSION == "v0.12.3"
+    digest = hashlib.sha256((NRI_PROTO_DIR / "api.proto").read_bytes()).hexdigest()
+    assert digest == gen.NRI_API_PROTO_SHA256, (
+        "core/src/drakit/nri/_proto/api.proto differs from NRI's: "
+        "run `uv run python hack/gen-protos.py --fetch-nri`"
+    )
+
+
+def test_nri_stubs_have_no_grpc() -> None:
+    # NRI speaks ttrpc; drakit.nri must not need grpc.
+    names = {p.name for p in NRI_PROTO_DIR.iterdir()}
+    assert {"api_pb2.py", "api_pb2.pyi", "ttrpc_pb2.py", "ttrpc_pb2.pyi"} <= names
+    assert not [n for n in names if "grpc" in n]
 
 
 def test_every_proto_has_stubs() -> None:
@@ -55,9 +83,10 @@ def test_every_proto_has_stubs() -> None:
 
 
 def test_generated_imports_are_package_relative() -> None:
-    absolute = re.compile(r"^(import \w+_pb2|from drakit\.kubelet\._proto import)", re.MULTILINE)
-    for name, text in _generated(PROTO_DIR).items():
-        assert not absolute.search(text), f"{name} imports a sibling absolutely: {FIX}"
+    absolute = re.compile(r"^(import \w+_pb2|from drakit\.\w+\._proto import)", re.MULTILINE)
+    for directory in (PROTO_DIR, NRI_PROTO_DIR):
+        for name, text in _generated(directory).items():
+            assert not absolute.search(text), f"{name} imports a sibling absolutely: {FIX}"
 
 
 @pytest.mark.parametrize(
