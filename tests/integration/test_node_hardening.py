@@ -699,7 +699,7 @@ def test_scripted_attack_over_the_real_socket(host: PluginHost, claims: ClaimSto
 
 
 def test_fs_error_helper_names_errno() -> None:
-    from drakit.prepare.safefs import fs_error
+    from drakit.statefiles import fs_error
 
     e = fs_error("write", "/x", OSError(errno.EROFS, "Read-only file system"))
     assert str(e) == "cannot write /x: the file system is read-only (EROFS); will retry"

@@ -33,16 +33,16 @@ import orjson
 
 from drakit.errors import PermanentError, RetryableError
 from drakit.models import CdiEdits
-from drakit.prepare.safefs import (
+from drakit.prepare.safefs import check_component
+from drakit.simseam import is_simulated
+from drakit.statefiles import (
     DIR_MODE,
     PUBLIC_FILE_MODE,
     NotRegular,
-    check_component,
     ensure_dir,
     fs_error,
     read_regular,
 )
-from drakit.simseam import is_simulated
 
 __all__ = ["CdiWriter", "cdi_kind", "device_root_of", "min_cdi_version"]
 

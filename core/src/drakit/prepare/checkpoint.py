@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.errors import DrakitError
 from drakit.models import PreparedDevice, PreparedDeviceRef
-from drakit.prepare.safefs import NotRegular, fs_error, quarantine, read_regular, write_atomic
+from drakit.statefiles import NotRegular, fs_error, quarantine, read_regular, write_atomic
 
 __all__ = [
     "CHECKPOINT_API_VERSION",

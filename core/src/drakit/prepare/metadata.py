@@ -39,11 +39,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.errors import PermanentError
 from drakit.models import CdiEdits
-from drakit.prepare.safefs import (
+from drakit.prepare.safefs import check_component
+from drakit.statefiles import (
     DIR_MODE,
     PUBLIC_FILE_MODE,
     NotRegular,
-    check_component,
     ensure_dir,
     fs_error,
     read_regular,

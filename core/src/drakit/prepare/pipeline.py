@@ -91,7 +91,7 @@ from drakit.prepare.faults import crash_point
 from drakit.prepare.metadata import SUBDIR as METADATA_SUBDIR
 from drakit.prepare.metadata import MetadataDevice, MetadataWriter, container_path, with_mount
 from drakit.prepare.recovery import ADMIN_ACCESS_ENV, recover_claims
-from drakit.prepare.safefs import ensure_dir, open_private
+from drakit.statefiles import ensure_dir, open_private
 
 __all__ = [
     "MAX_CONFIG_DEPTH",

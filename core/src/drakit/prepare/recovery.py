@@ -28,7 +28,7 @@ from drakit.host.inventory import InventorySnapshot
 from drakit.models import DeviceKey, PreparedDeviceRef, quantity_value
 from drakit.prepare.cdi import MAX_SPEC_BYTES, CdiWriter
 from drakit.prepare.checkpoint import Checkpoint, ClaimPhase, ClaimRecord
-from drakit.prepare.safefs import NotRegular, read_regular
+from drakit.statefiles import NotRegular, read_regular
 
 __all__ = ["ADMIN_ACCESS_ENV", "RECOVERED_ADMIN_REQUEST", "recover_claims"]
 

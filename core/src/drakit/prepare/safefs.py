@@ -4,8 +4,7 @@
 must stay inside its directory (:func:`check_component`), every file or directory it creates has
 an explicit mode that does not depend on the process umask, and it never follows a symbolic link
 planted where it creates, reads or removes a file of its own. The file operations themselves are
-the public :mod:`drakit.statefiles` (backends keep their state files with them too); this module
-re-exports them for the prepare pipeline, the checkpoint and the CDI specs.
+the public :mod:`drakit.statefiles` (backends keep their state files with them too).
 """
 
 from __future__ import annotations
@@ -14,34 +13,8 @@ import re
 from typing import Final
 
 from drakit.errors import PermanentError
-from drakit.statefiles import (
-    DIR_MODE,
-    PRIVATE_DIR_MODE,
-    PRIVATE_FILE_MODE,
-    PUBLIC_FILE_MODE,
-    NotRegular,
-    ensure_dir,
-    fs_error,
-    open_private,
-    quarantine,
-    read_regular,
-    write_atomic,
-)
 
-__all__ = [
-    "DIR_MODE",
-    "PRIVATE_DIR_MODE",
-    "PRIVATE_FILE_MODE",
-    "PUBLIC_FILE_MODE",
-    "NotRegular",
-    "check_component",
-    "ensure_dir",
-    "fs_error",
-    "open_private",
-    "quarantine",
-    "read_regular",
-    "write_atomic",
-]
+__all__ = ["check_component"]
 
 _COMPONENT: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_COMPONENT_BYTES: Final = 255
