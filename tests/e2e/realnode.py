@@ -330,19 +330,26 @@ class RealNode:
                 "exec sleep 2147483647",
             ]
         )
-        self._holder = subprocess.Popen(
-            self._in_runtime_cgroup(
-                ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - only prctl, no locks taken
-        )
+        # stderr apart from the "ready" line: a forked child of a process that loaded gRPC may
+        # log there (its fork handlers) before the shell runs
+        holder_log = self.logs_dir / "mount-namespace.log"
+        with holder_log.open("ab") as err:
+            self._holder = subprocess.Popen(
+                self._in_runtime_cgroup(
+                    ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+                ),
+                stdout=subprocess.PIPE,
+                stderr=err,
+                preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - only prctl, no locks taken
+            )
         assert self._holder.stdout is not None
         line = self._holder.stdout.readline().decode().strip()
         if line != "ready":
-            rest = self._holder.stdout.read().decode() if self._holder.poll() is not None else ""
-            raise RealNodeError(f"mount namespace set-up failed: {line} {rest}".strip())
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._holder.wait(timeout=10)
+            raise RealNodeError(
+                f"mount namespace set-up failed ({holder_log}): {_tail(holder_log)}"
+            )
 
     def _nsenter(self) -> list[str]:
         assert self._holder is not None
