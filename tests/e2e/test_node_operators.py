@@ -51,7 +51,14 @@ ROOT = "/var/run/kubernetes.io/dra-device-attributes"
 def node(control_plane: ControlPlane) -> Iterator[Running]:
     with (
         device_classes(control_plane, "ops", {"gpu": GPU, "cpu": CPU, "nic": NIC}) as classes,
-        running_node(control_plane, "ops", PLUGINS, profile=PROFILE, classes=classes) as node,
+        running_node(
+            control_plane,
+            "ops",
+            PLUGINS,
+            profile=PROFILE,
+            classes=classes,
+            settings={"device_metadata": True},
+        ) as node,
     ):
         try:
             yield node
@@ -115,6 +122,7 @@ def restart(node: Running) -> None:
         profile=PROFILE,
         instance_id=node.proc.instance_id,
         name="restarted",
+        settings={"device_metadata": True},
     )
     proc.start()
     proc.wait_ready(timeout=60)

@@ -42,6 +42,8 @@ def make_state(
     driver: str = GPU,
     boot_id: str = "boot-1",
     repairs: list[tuple[str, int]] | None = None,
+    *,
+    device_metadata: bool = True,
 ) -> DriverState:
     """A pipeline for ``driver`` with its state and CDI directories under ``root``.
 
@@ -52,6 +54,7 @@ def make_state(
         driver: The DRA driver.
         boot_id: The boot it believes it runs in.
         repairs: Gets ``(reason, count)`` for every checkpoint repair.
+        device_metadata: Write KEP-5304 files (on here, so the pipeline tests cover them).
     """
 
     def on_repair(reason: str, _msg: str, n: int) -> None:
@@ -66,4 +69,5 @@ def make_state(
         cdi_dir=root / "cdi",
         boot_id=boot_id,
         on_repair=on_repair if repairs is not None else None,
+        device_metadata=device_metadata,
     )

@@ -192,6 +192,14 @@ class DrakitSettings(BaseSettings):
             "device_root itself; not used for a simulated root"
         ),
     )
+    device_metadata: bool = Field(
+        default=False,
+        description=(
+            "Write KEP-5304 device metadata files (each prepared device's attributes, mounted "
+            "into the container under /var/run/kubernetes.io/dra-device-attributes); off by "
+            "default, as in the Go kubelet-plugin helper"
+        ),
+    )
     profile: _Name | None = Field(default=None, description="Simulated hardware profile name")
     kubeconfig: _Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -166,6 +166,7 @@ class Node:
                 inventory=self._inventory,
                 device_root=s.device_root,
                 device_root_mount=s.device_root_mount,
+                device_metadata=s.device_metadata,
             )
             self.states[driver] = state
             try:  # networkData a crash kept from the API server (written in the background)

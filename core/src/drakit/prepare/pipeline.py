@@ -170,6 +170,7 @@ class DriverState:
         inventory: Inventory | None = None,
         device_root: Path | None = None,
         device_root_mount: Path | None = None,
+        device_metadata: bool = False,
     ) -> None:
         if len(driver) > 253 or not DNS_SUBDOMAIN.fullmatch(driver):  # noqa: PLR2004
             raise PermanentError(
@@ -195,6 +196,9 @@ class DriverState:
             check_root=device_root_mount if root == Path(device_root or "/") else None,
         )
         self.metadata = MetadataWriter((self.dir / METADATA_SUBDIR).absolute(), driver)
+        # KEP-5304 files are opt-in, as in the Go helper (EnableDeviceMetadata): they cost a
+        # file write with two fsyncs per request; leftovers are swept and removed either way
+        self.device_metadata = device_metadata
         self._swept = False
         self.store = CheckpointStore(
             self.dir / "checkpoint.json", driver, boot_id, on_repair, recover=self._recover
@@ -484,11 +488,34 @@ class DriverState:
         snap: InventorySnapshot,
         prepared: Mapping[str, Sequence[PreparedDevice]],
     ) -> list[tuple[str, CdiEdits]]:
-        """Write the claim's device metadata files; each device's CDI edits with its mount.
+        """Each device's CDI edits (with ``device_metadata``: its metadata file, mounted).
 
         The attributes are the device's as this node publishes them (the call's snapshot),
         the network data what its plugin returned.
         """
+        ref = plan.ref
+        paths = self._write_metadata(plan, snap, prepared) if self.device_metadata else {}
+        out: list[tuple[str, CdiEdits]] = []
+        for plugin, devs in plan.owners.items():
+            for d, p in zip(devs, self._ordered(list(prepared[plugin]), devs), strict=True):
+                edits = p.edits
+                if d.request in paths:
+                    inside = container_path(self.driver, ref.name, plan.pod_claim_name, d.request)
+                    edits = with_mount(edits, str(paths[d.request]), inside)
+                if d.admin_access:  # the container learns it; a rebuilt record knows it
+                    cdi = edits.to_cdi()
+                    cdi["env"] = [*cdi.get("env", []), ADMIN_ACCESS_ENV]
+                    edits = CdiEdits.model_validate(cdi)
+                out.append((self._cdi_device(d), edits))
+        return out
+
+    def _write_metadata(
+        self,
+        plan: Planned,
+        snap: InventorySnapshot,
+        prepared: Mapping[str, Sequence[PreparedDevice]],
+    ) -> dict[str, Path]:
+        """Write the claim's device metadata files; each request -> its file."""
         ref = plan.ref
         got = {(p.request, p.pool, p.device): p for devs in prepared.values() for p in devs}
         by_request: dict[str, list[MetadataDevice]] = {}
@@ -507,24 +534,13 @@ class DriverState:
                     network_data=p.network_data.to_api() if p.network_data else None,
                 )
             )
-        paths = self.metadata.write(
+        return self.metadata.write(
             namespace=ref.namespace,
             name=ref.name,
             uid=ref.uid,
             pod_claim_name=plan.pod_claim_name,
             requests=by_request,
         )
-        out: list[tuple[str, CdiEdits]] = []
-        for plugin, devs in plan.owners.items():
-            for d, p in zip(devs, self._ordered(list(prepared[plugin]), devs), strict=True):
-                inside = container_path(self.driver, ref.name, plan.pod_claim_name, d.request)
-                edits = with_mount(p.edits, str(paths[d.request]), inside)
-                if d.admin_access:  # the container learns it; a rebuilt record knows it
-                    cdi = edits.to_cdi()
-                    cdi["env"] = [*cdi.get("env", []), ADMIN_ACCESS_ENV]
-                    edits = CdiEdits.model_validate(cdi)
-                out.append((self._cdi_device(d), edits))
-        return out
 
     def _sweep_metadata(self, cp: Checkpoint) -> None:
         """Once per process, under the lock: drop device metadata no claim owns (a crash's)."""

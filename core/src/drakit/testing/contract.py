@@ -276,7 +276,8 @@ class BackendContract:
     @classmethod
     def contract_running(cls, contract_node: SimNode, contract_dir: Path) -> Iterator[RunningNode]:
         """A running node with the contract's configuration, serving the kubelet sockets."""
-        with run_node(cls.drakit_config(), contract_node, state_dir=contract_dir / "node") as n:
+        config = {**cls.drakit_config(), "device_metadata": True}  # checked for every device
+        with run_node(config, contract_node, state_dir=contract_dir / "node") as n:
             yield n
 
     @pytest.fixture(scope="class")
