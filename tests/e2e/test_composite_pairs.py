@@ -320,6 +320,8 @@ def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
     name = f"pcrash-{uuid.uuid4().hex[:6]}"
     dirs = NodeDirs.create("dk-pcrash-")
     plugins = _plugins()
+    # built here, not by the node (--profile): a crashed process cannot remove its own tree
+    root = build_profile(PROFILE, dirs.root / "sim")
     cp.create_node(name)
 
     def process(label: str, env: dict[str, str] | None = None) -> NodeProcess:
@@ -328,7 +330,7 @@ def test_killed_between_the_members_then_unprepared_leaves_neither_prepared(
             node_name=name,
             dirs=dirs,
             plugins=plugins,
-            profile=PROFILE,
+            sysfs_root=root,
             instance_id="pcrash",
             env=env,
             name=label,
