@@ -103,10 +103,11 @@ def _worker(
         fleet.stop()
         send("stopped", rss_kib=rss_kib(), rss_base_kib=rss_base, **fleet.counts())
         kube.close()
+    except threading.BrokenBarrierError:
+        send("stopped", rss_kib=rss_kib(), rss_base_kib=0)  # another worker failed first
     except (DrakitError, ValueError, OSError) as e:
         send("error", error=str(e))
-        with contextlib.suppress(threading.BrokenBarrierError):
-            barrier.abort()
+        barrier.abort()
 
 
 class _Totals:
@@ -149,9 +150,11 @@ class _Supervisor:
         ctx = mp.get_context("spawn")
         self.out: Any = ctx.Queue()
         self.stop = ctx.Event()
-        barrier = ctx.Barrier(len(specs))
+        # held here until the workers are done: the worker's copy is unpickled from the parent's
+        # shared state, which goes when the parent's object is collected
+        self.barrier = ctx.Barrier(len(specs))
         self.workers = [
-            ctx.Process(target=_worker, args=(s, self.out, self.stop, barrier), daemon=True)
+            ctx.Process(target=_worker, args=(s, self.out, self.stop, self.barrier), daemon=True)
             for s in specs
         ]
         self.nodes = nodes

@@ -277,6 +277,15 @@ class Fleet:
             discovered=pools,
         )
 
+    def publish_once(self) -> None:
+        """Publish every node's slices once, ``concurrency`` at a time, and start no loop."""
+        self._each(self._publish_once)
+
+    @staticmethod
+    def _publish_once(member: FleetNode) -> None:
+        assert member.publisher is not None  # noqa: S101 - register() ran
+        member.publisher.sync_once(rediscover=False)
+
     def start(self) -> None:
         """Start every node's publisher loop (a rolling start); return when every one published.
 
