@@ -48,7 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.cluster import find_bin_dir, start_control_plane
-from tests.e2e.controlplane import ControlPlane
+from tests.e2e.controlplane import ControlPlane, ControlPlaneError
 
 __all__ = ["ApiServerProbe", "FleetProcess", "main"]
 
@@ -194,6 +194,47 @@ class FleetProcess:
             self.proc.wait(timeout=60)
 
 
+def resync(
+    cp: ControlPlane, probe: ApiServerProbe, fleet: FleetProcess, n: int, timeout: float
+) -> dict[str, Any]:
+    """Restart kube-apiserver under the running fleet; measure until every node relisted."""
+    incomplete: dict[str, float] | None = None
+    writes_before = dict(fleet.latest).get("writes", 0)
+    stopping = time.monotonic()
+    try:
+        spawned = cp.restart_apiserver()
+    except ControlPlaneError as e:  # it did not come back under the fleet's reconnects
+        fleet.proc.kill()
+        fleet.proc.wait(timeout=60)
+        cp.restart_apiserver()
+        return {"failed": str(e)[:300], "load": load()}
+    r0 = probe.snapshot()  # a new process: its counters start at 0, its CPU time too
+    while True:
+        r1 = probe.snapshot()
+        c = r1["counters"]
+        if c.get("LIST", 0) >= n and c.get("watches", 0) >= n:
+            break
+        if r1["t"] - r0["t"] > timeout:
+            incomplete = c
+            break
+        time.sleep(1.0)
+    time.sleep(1.5)
+    fl = dict(fleet.latest)
+    return {
+        "incomplete": incomplete,
+        "apiserver_stop_s": round(spawned - stopping, 2),
+        "apiserver_ready_s": round(r0["t"] - spawned, 2),
+        "seconds_to_all_relisted": round(r1["t"] - spawned, 2),
+        "lists": r1["counters"].get("LIST", 0),
+        "watches": r1["counters"].get("watches", 0),
+        "apiserver_writes": r1["counters"].get("writes", 0),
+        "fleet_writes": fl.get("writes", 0) - writes_before,
+        "apiserver_cpu_s_since_start": round(r1["cpu_s"], 2),
+        "apiserver_mem_mib": r1["mem"],
+        "load_after": r1["load"],
+    }
+
+
 def run_fleet(
     cp: ControlPlane, args: argparse.Namespace, name: str, shapes: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -244,33 +285,8 @@ def run_fleet(
             "load_before": s2["load"],
             "load_after": s3["load"],
         }
-        writes_before = dict(fleet.latest).get("writes", 0)
-        stopping = time.monotonic()
-        spawned = cp.restart_apiserver()
-        r0 = probe.snapshot()  # a new process: its counters start at 0, its CPU time too
-        while True:
-            r1 = probe.snapshot()
-            c = r1["counters"]
-            if c.get("LIST", 0) >= n and c.get("watches", 0) >= n:
-                break
-            if r1["t"] - r0["t"] > args.resync_timeout:
-                out["resync_incomplete"] = c
-                break
-            time.sleep(1.0)
-        time.sleep(1.5)
-        fl = dict(fleet.latest)
-        out["resync"] = {
-            "apiserver_stop_s": round(spawned - stopping, 2),
-            "apiserver_ready_s": round(r0["t"] - spawned, 2),
-            "seconds_to_all_relisted": round(r1["t"] - spawned, 2),
-            "lists": r1["counters"].get("LIST", 0),
-            "watches": r1["counters"].get("watches", 0),
-            "apiserver_writes": r1["counters"].get("writes", 0),
-            "fleet_writes": fl.get("writes", 0) - writes_before,
-            "apiserver_cpu_s_since_start": round(r1["cpu_s"], 2),
-            "apiserver_mem_mib": r1["mem"],
-            "load_after": r1["load"],
-        }
+        print(json.dumps({name: {k: out[k] for k in ("publish", "steady")}}), flush=True)
+        out["resync"] = resync(cp, probe, fleet, n, args.resync_timeout)
     finally:
         stopped = fleet.stop() if fleet.proc.poll() is None else {}
     out["stopped"] = stopped
