@@ -30,9 +30,13 @@ import argparse
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import contextlib
 
-from benchmarks.cluster import find_bin_dir, start_control_plane
+from benchmarks.cluster import find_bin_dir
 from tests.e2e.controlplane import ControlPlane
 
 from drakit.errors import NotFoundError
@@ -116,11 +120,31 @@ class Scenario:
     count: int  # devices per claim, for the fill and the baseline
     devices: Callable[[], dict[str, Any]]
     baseline: str
+    config: str = ""  # a key of CONFIGS: the backends the shape is discovered with
+
+
+CONFIGS: dict[str, dict[str, Any] | None] = {"": None, "gpu-only": {"plugins": {"nvidia_gpu": {}}}}
+"""Configurations other than the default one (CPU backend and the composite)."""
 
 
 SCENARIOS = (
     Scenario("example-1", "example-gpu", 1, lambda: exactly("example-gpu", 1), "example-1"),
     Scenario("drakit-gpu-1", "h200-8gpu-8ainic", 1, lambda: exactly("nvidia-gpu", 1), "example-1"),
+    Scenario(
+        "drakit-gpu-1-gpu-only",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: exactly("nvidia-gpu-only", 1),
+        "example-1",
+        "gpu-only",
+    ),
+    Scenario(
+        "drakit-gpu-1-merged",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: exactly("nvidia-gpu-merged", 1),
+        "example-1",
+    ),
     Scenario(
         "drakit-pair-1", "h200-8gpu-8ainic", 1, lambda: webhook_pairs(1, "preferred"), "example-1"
     ),
@@ -159,6 +183,65 @@ SCENARIOS = (
 )
 
 
+def _shape(name: str, config: str) -> Shape:
+    if not CONFIGS[config]:
+        return load_shape(name)
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".yaml", dir="/dev/shm", prefix="drakit-bench-"
+    ) as f:
+        json.dump(CONFIGS[config], f)
+        f.flush()
+        return load_shape(name, Path(f.name))
+
+
+def _extra_classes(kube: KubeClient) -> None:
+    """``nvidia-gpu-only`` (the GPU backend alone) and ``nvidia-gpu-merged`` (the composite's
+    ``nvidia-gpu`` with its selectors in one expression)."""
+    drakit = str(Path(sys.executable).with_name("drakit"))
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".yaml", dir="/dev/shm", prefix="drakit-bench-"
+    ) as f:
+        json.dump(CONFIGS["gpu-only"], f)
+        f.flush()
+        listed = subprocess.run(
+            [drakit, "deviceclasses", "--config", f.name, "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    only = next(c for c in json.loads(listed)["items"] if c["metadata"]["name"] == "nvidia-gpu")
+    only["metadata"]["name"] = "nvidia-gpu-only"
+    kube.request("POST", f"{RESOURCE}/deviceclasses", body=only)
+    composite = kube.request("GET", f"{RESOURCE}/deviceclasses/nvidia-gpu")
+    exprs = [x["cel"]["expression"] for x in composite["spec"]["selectors"]]
+    merged = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "nvidia-gpu-merged"},
+        "spec": {"selectors": [{"cel": {"expression": " && ".join(f"({e})" for e in exprs)}}]},
+    }
+    kube.request("POST", f"{RESOURCE}/deviceclasses", body=merged)
+
+
+def _pprof(cp: ControlPlane, name: str, args: argparse.Namespace) -> None:
+    """A CPU profile of kube-scheduler while it schedules; ``go tool pprof -top`` of it."""
+    argv = [str(a) for a in cp._components[-1].process.args]  # type: ignore[union-attr]
+    port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
+    url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={args.profile_seconds}"
+    ctx = ssl._create_unverified_context()  # noqa: S323 - the scheduler's self-signed loopback cert
+    with urllib.request.urlopen(url, context=ctx, timeout=args.profile_seconds + 30) as r:
+        data = r.read()
+    base = (args.output.parent if args.output else Path.cwd()) / f"scheduler-{name}.pprof"
+    base.write_bytes(data)
+    top = subprocess.run(
+        ["go", "tool", "pprof", "-top", "-nodecount=40", str(base)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    base.with_suffix(".top.txt").write_text(top.stdout + top.stderr)
+
+
 def _each(fn: Callable[[int], object], n: int, threads: int = 16) -> None:
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for _ in pool.map(fn, range(n)):
@@ -179,7 +262,7 @@ def run_scenario(
     )
     fleet.register()
     fleet.publish_once()
-    per_node = {"example-gpu": 8, "h200-8gpu-8ainic": 8}[sc.shape]
+    per_node = 8  # GPUs (or pairs) per node in both shapes
     pods = int(args.nodes * per_node * args.fill) // sc.count
     ns = f"sched-{sc.name}-{uuid.uuid4().hex[:4]}"
     cp.create_namespace(ns)
@@ -222,6 +305,10 @@ def run_scenario(
     finally:
         os.kill(sched, signal.SIGCONT)
     t0 = time.monotonic()
+    profiler = None
+    if sc.name in args.profile.split(","):
+        profiler = threading.Thread(target=_pprof, args=(cp, sc.name, args), daemon=True)
+        profiler.start()
     bound = 0
     while time.monotonic() - t0 < args.timeout:
         bound = _bound(kube, ns)
@@ -229,6 +316,8 @@ def run_scenario(
             break
         time.sleep(0.2)
     seconds = time.monotonic() - t0
+    if profiler is not None:
+        profiler.join()
     out = {
         "shape": sc.shape,
         "nodes": args.nodes,
@@ -268,11 +357,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--bin-dir", type=Path, default=None)
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="comma-separated scenarios to take a CPU profile of kube-scheduler in (pprof)",
+    )
+    ap.add_argument("--profile-seconds", type=int, default=10)
     ap.add_argument("-o", "--output", type=Path, default=None)
     args = ap.parse_args(argv)
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
     started = datetime.now(UTC)
-    cp = start_control_plane(find_bin_dir(args.bin_dir))
+    run_dir = Path(tempfile.mkdtemp(prefix="drakit-bench-cp-", dir="/dev/shm"))
+    # pprof without credentials (loopback only), for --profile
+    allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*"
+    cp = ControlPlane(find_bin_dir(args.bin_dir), run_dir, extra_args={"kube-scheduler": [allow]})
+    cp.start()
     kube = KubeClient.from_kubeconfig(cp.kubeconfig, pool_size=32)
     report: dict[str, Any] = {
         "meta": {
@@ -297,9 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         for obj in classes["items"]:
             kube.request("POST", f"{RESOURCE}/deviceclasses", body=obj)
-        shapes = {name: load_shape(name) for name in {s.shape for s in chosen}}
+        shapes = {key: _shape(*key) for key in {(s.shape, s.config) for s in chosen}}
+        _extra_classes(kube)
         for sc in chosen:
-            result = run_scenario(cp, kube, sc, shapes[sc.shape], args)
+            result = run_scenario(cp, kube, sc, shapes[sc.shape, sc.config], args)
             report["scenarios"][sc.name] = result
             print(
                 json.dumps({sc.name: {k: v for k, v in result.items() if k != "devices"}}),
