@@ -47,7 +47,8 @@ FABRIC = "topology.drakit.io/fabric"
 RAILS = "topology.drakit.io/rails"
 SCHEDULING = "/apis/scheduling.k8s.io/v1beta1"
 
-#: Per profile: the four NICs published, rail 0, rail 1, rail 0, rail 1 (the rest: mode none).
+#: Per profile: the four NICs published, on rails 0, 0, 1, 1 (the rest: mode none). First fit
+#: alone would give a pod two NICs of rail 0: only the claim's distinctAttribute spreads them.
 NICS = {
     "h200-8gpu-8ainic": ("enp24s0", "enp64s0", "enp79s0", "enp94s0"),
     "mi300x-8gpu-8ainic": ("enp9s0", "enp35s0", "enp83s0", "enp105s0"),
@@ -68,7 +69,7 @@ def ainic(profile: str, fabric: str | None) -> dict[str, Any]:
     section: dict[str, Any] = {
         "default_mode": "none",
         "nics": [{"select": {"pf_names": list(nics)}, "mode": "pf"}],
-        "rails": {name: i % 2 for i, name in enumerate(nics)},
+        "rails": {name: i // 2 for i, name in enumerate(nics)},
     }
     if fabric is not None:
         section["fabric"] = fabric
@@ -247,8 +248,10 @@ def show(cluster: Cluster, job: str, placed: Mapping[str, tuple[str, list[int]]]
         print(f"{job}: {pod} -> {node} ({cluster.fabric_of[node]}) rails {rails}")
 
 
-def explain_job(cp: ControlPlane, namespace: str, template: str, pods: int) -> dict[str, Any]:
-    """``drakit explain job`` against the cluster, as JSON."""
+def explain_job(
+    cp: ControlPlane, namespace: str, template: str, pods: int, *, text: bool = False
+) -> dict[str, Any]:
+    """``drakit explain job`` against the cluster, as JSON (``text``: ``{"text": output}``)."""
     out = subprocess.run(
         [
             sys.executable,
@@ -264,7 +267,7 @@ def explain_job(cp: ControlPlane, namespace: str, template: str, pods: int) -> d
             "--kubeconfig",
             str(cp.kubeconfig),
             "-o",
-            "json",
+            "text" if text else "json",
             "--exit-zero",
         ],
         capture_output=True,
@@ -273,7 +276,7 @@ def explain_job(cp: ControlPlane, namespace: str, template: str, pods: int) -> d
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    doc: dict[str, Any] = json.loads(out.stdout)
+    doc: dict[str, Any] = {"text": out.stdout} if text else json.loads(out.stdout)
     return doc
 
 
@@ -288,6 +291,7 @@ def test_each_node_labels_its_fabric_and_rails(
 
 def wait_labelled(cp: ControlPlane, cluster: Cluster) -> None:
     """Every node carries its fabric and two rails (the node processes wrote them)."""
+
     def labelled(node: str, fabric: str) -> bool:
         labels = node_labels(cp, node)
         return labels.get(FABRIC) == fabric and labels.get(RAILS) == "2"
@@ -321,6 +325,9 @@ def test_a_job_lands_in_one_domain_waits_whole_and_starts_when_one_has_room(
         job = {"template": "one-nic-per-rail", "selector": cluster.selector}
 
         # 1. only fabric-b has room for three pods
+        why = explain_job(cp, namespace, "one-nic-per-rail", 3)
+        assert [d["domain"] for d in why["domains"] if d["fits"]] == ["fabric-b"], why
+        assert {d["domain"]: d["pods"] for d in why["domains"]} == {"fabric-a": 2, "fabric-b": 3}
         job1 = create_job(cp, namespace, "job1", 3, **job)  # type: ignore[arg-type]
         placed1 = placements(cp, namespace, job1, 120, "job1's pods bound and allocated")
         show(cluster, "job1", placed1)
@@ -329,6 +336,7 @@ def test_a_job_lands_in_one_domain_waits_whole_and_starts_when_one_has_room(
 
         # 2. fabric-a has room for 2, fabric-b for 1: the job waits whole
         why = explain_job(cp, namespace, "one-nic-per-rail", 3)
+        print(explain_job(cp, namespace, "one-nic-per-rail", 3, text=True)["text"])
         holds = {d["domain"]: d["pods"] for d in why["domains"]}
         assert holds == {"fabric-a": 2, "fabric-b": 1}, why
         assert not any(d["fits"] for d in why["domains"]), why
@@ -351,8 +359,6 @@ def test_a_job_lands_in_one_domain_waits_whole_and_starts_when_one_has_room(
             f"/api/v1/namespaces/{namespace}/pods?labelSelector=job%3Djob1",
             {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
         )
-        why = explain_job(cp, namespace, "one-nic-per-rail", 3)
-        assert [d["domain"] for d in why["domains"] if d["fits"]] == ["fabric-b"], why
         placed2 = placements(cp, namespace, job2, 300, "job2's pods bound once job1 ended")
         show(cluster, "job2", placed2)
         assert {cluster.fabric_of[n] for n, _ in placed2.values()} == {"fabric-b"}, placed2

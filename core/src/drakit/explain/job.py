@@ -182,7 +182,9 @@ def render_job(ex: JobExplanation) -> str:
     if not ex.domains:
         lines.append(f"  no node has the label {ex.topology_key}")
     for d in ex.domains:
-        head = f"{ex.topology_key}={d.domain} ({len(d.nodes)} nodes)"
+        head = (
+            f"{ex.topology_key}={d.domain} ({len(d.nodes)} node{'' if len(d.nodes) == 1 else 's'})"
+        )
         if d.fits:
             lines.append(f"{head}: holds the job")
         else:
