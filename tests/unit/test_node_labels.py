@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from drakit.node.labels import PREFIX, merge, patch_for
+from drakit.node.labels import PREFIX, keep_failed, merge, patch_for
 
 FABRIC = f"{PREFIX}fabric"
 RAILS = f"{PREFIX}rails"
@@ -68,3 +68,16 @@ def test_patch_adds_changes_and_removes_only_drakit_keys() -> None:
 def test_patch_is_empty_when_the_node_already_carries_the_labels() -> None:
     assert patch_for({FABRIC: "a", "other": "x"}, {FABRIC: "a"}) == {}
     assert patch_for({"other": "x"}, {}) == {}
+
+
+def test_a_backend_that_failed_this_round_keeps_its_last_labels() -> None:
+    last = {"amd_ainic": {FABRIC: "a", RAILS: "8"}, "gone": {f"{PREFIX}x": "1"}}
+    now = {"other": {f"{PREFIX}y": "2"}}
+    assert keep_failed(now, last, ["amd_ainic"]) == {
+        "other": {f"{PREFIX}y": "2"},
+        "amd_ainic": {FABRIC: "a", RAILS: "8"},
+    }
+    # one that did not fail and returned nothing loses its labels
+    assert keep_failed(now, last, []) == now
+    # a backend that never labelled has nothing to keep
+    assert keep_failed({}, {}, ["amd_ainic"]) == {}

@@ -42,7 +42,7 @@ from drakit.node.health import (
     with_health_taints,
 )
 from drakit.node.labels import PREFIX as LABEL_PREFIX
-from drakit.node.labels import LabelKeeper
+from drakit.node.labels import LabelKeeper, keep_failed
 from drakit.node.labels import merge as merge_labels
 from drakit.node.metrics import Metrics, ProbeServer
 from drakit.prepare.checkpoint import read_boot_id
@@ -413,10 +413,7 @@ class Node:
         mine: dict[str, dict[DeviceKey, Device]] = {}
         for key, plugin, device in inv.devices():
             mine.setdefault(plugin, {})[key] = device
-        parts = host.node_labels(mine)
-        for plugin in inv.failed:  # a backend that failed this round keeps its last labels
-            if plugin in self._label_parts:
-                parts[plugin] = self._label_parts[plugin]
+        parts = keep_failed(host.node_labels(mine), self._label_parts, inv.failed)
         self._label_parts = parts
         return merge_labels(parts)
 

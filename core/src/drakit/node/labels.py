@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from drakit.errors import DrakitError
@@ -23,7 +23,7 @@ from drakit.errors import DrakitError
 if TYPE_CHECKING:
     from drakit.kube import KubeClient  # the Kubernetes client loads only where a node has one
 
-__all__ = ["PREFIX", "LabelKeeper", "merge", "patch_for"]
+__all__ = ["PREFIX", "LabelKeeper", "keep_failed", "merge", "patch_for"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,23 @@ def merge(contributed: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
     return out
 
 
+def keep_failed(
+    parts: Mapping[str, Mapping[str, str]],
+    last: Mapping[str, Mapping[str, str]],
+    failed: Iterable[str],
+) -> dict[str, dict[str, str]]:
+    """This round's labels per backend, with the last ones of each backend in ``failed``.
+
+    A backend whose discovery failed this round has no devices to derive labels from; its
+    last labels stay, so a passing failure does not take the node out of its domain.
+    """
+    out = {k: dict(v) for k, v in parts.items()}
+    for plugin in failed:
+        if plugin in last:
+            out[plugin] = dict(last[plugin])
+    return out
+
+
 def patch_for(current: Mapping[str, str], desired: Mapping[str, str]) -> dict[str, str | None]:
     """The labels to change (``None``: remove) so the Node's ``PREFIX`` labels are ``desired``."""
     patch: dict[str, str | None] = {k: v for k, v in desired.items() if current.get(k) != v}
@@ -99,8 +116,6 @@ class LabelKeeper:
     def __init__(self, kube: KubeClient, node: str) -> None:
         self.kube = kube
         self.node = node
-        self.last: dict[str, str] | None = None
-        """The labels the last successful sync left (``None`` before the first)."""
 
     def sync(self, current: Mapping[str, str], desired: Mapping[str, str]) -> bool:
         """Patch the Node when its labels under the prefix differ from ``desired``.
@@ -110,7 +125,6 @@ class LabelKeeper:
         """
         patch = patch_for(current, desired)
         if not patch:
-            self.last = dict(desired)
             return True
         try:
             self.kube.patch_node_labels(self.node, patch)
@@ -124,7 +138,6 @@ class LabelKeeper:
                 f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(patch.items())
             ),
         )
-        self.last = dict(desired)
         return True
 
     def remove(self, current: Mapping[str, str]) -> bool:
