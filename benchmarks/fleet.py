@@ -36,6 +36,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -318,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resync-timeout", type=float, default=300.0)
     ap.add_argument("--only", default="drakit,example")
     ap.add_argument("--bin-dir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the control plane's logs")
     ap.add_argument("-o", "--output", type=Path, default=None)
     args = ap.parse_args(argv)
     started = datetime.now(UTC)
@@ -339,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({name: report[name]}, indent=1), flush=True)
     finally:
         cp.stop()
+        if not args.keep:
+            shutil.rmtree(cp.run_dir, ignore_errors=True)
     report["meta"]["load_end"] = load()
     report["meta"]["seconds"] = round((datetime.now(UTC) - started).total_seconds())
     if "drakit" in report and "example" in report:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -357,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--bin-dir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the control plane's logs")
     ap.add_argument(
         "--profile",
         default="",
@@ -408,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         kube.close()
         cp.stop()
+        if not args.keep:
+            shutil.rmtree(cp.run_dir, ignore_errors=True)
     runs = report["scenarios"]
     for name, r in runs.items():
         base = runs.get(next(s.baseline for s in SCENARIOS if s.name == name))

@@ -876,7 +876,7 @@ class ResourceSlicePublisher:
         together, do not come back together.
         """
         cap = min(self.backoff_max, WATCH_RETRY_MAX)
-        step = min(cap, self.backoff_initial * 2 ** min(failures - 1, 30))
+        step = min(cap, self.backoff_initial * 2.0 ** min(failures - 1, 30))
         return step * self._rng.uniform(0.1, 1.0)
 
     def _watch_loop(self, stop_event: threading.Event) -> None:
