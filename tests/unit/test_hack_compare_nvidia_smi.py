@@ -7,6 +7,9 @@ The script itself runs only on a GPU node; what can be checked here is that it r
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -76,3 +79,28 @@ def test_every_disagreement_is_named(script: ModuleType) -> None:
     ]
     only_smi = script.compare({}, script.parse_smi(XML))
     assert only_smi == ["0000:1b:00.0: nvidia-smi lists a GPU that drakit did not publish"]
+
+
+@pytest.mark.parametrize("config", ["default", "nvidia-only"])
+def test_gpus_are_found_under_any_driver(script: ModuleType, tmp_path: Path, config: str) -> None:
+    """With the composite on (the default) the GPUs are under its driver: 0 GPUs were found."""
+    args = ["discover", "--profile", "h200-8gpu-8ainic", "-o", "json"]
+    if config == "nvidia-only":
+        cfg = tmp_path / "drakit.yaml"
+        cfg.write_text("plugins:\n  nvidia_gpu: {enabled: true}\n")
+        args += ["--config", str(cfg)]
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "drakit"), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = json.loads(out)
+    drivers = {r["driver"] for r in rows if r["plugin"] == "nvidia_gpu"}
+    ours = script.parse_drakit(rows)
+    assert len(ours) == 8
+    assert all(v["uuid"].startswith("GPU-") for v in ours.values())
+    if config == "default":
+        assert drivers == {"pairs.composite.drakit.io"}
+    else:
+        assert drivers == {"gpu.nvidia.drakit.io"}
