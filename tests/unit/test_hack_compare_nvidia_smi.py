@@ -87,7 +87,7 @@ def test_gpus_are_found_under_any_driver(script: ModuleType, tmp_path: Path, con
     args = ["discover", "--profile", "h200-8gpu-8ainic", "-o", "json"]
     if config == "nvidia-only":
         cfg = tmp_path / "drakit.yaml"
-        cfg.write_text("plugins:\n  nvidia_gpu: {enabled: true}\n")
+        cfg.write_text("plugins:\n  nvidia_gpu: {}\n")
         args += ["--config", str(cfg)]
     out = subprocess.run(
         [str(Path(sys.executable).parent / "drakit"), *args],
