@@ -7,7 +7,6 @@ claim's spec; a missing library and a UUID the node lacks are reported.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
@@ -15,12 +14,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.hackscript import load_hack_script
 
 from drakit.testing import allocated_claim
 from drakit.testing.plugin import NodeFactory, SimNodeFactory
 from drakit_nvidia_gpu.sim import load_nvml_description
 
-SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "check-gpu-claim.py"
 PROC_DEVICES = """Character devices:
   1 mem
 195 nvidia-frontend
@@ -38,12 +37,7 @@ GPU 1: NVIDIA H200 (UUID: GPU-cccc)
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_gpu_claim", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_hack_script("check-gpu-claim.py")
 
 
 def test_parsers(script: ModuleType) -> None:

@@ -6,7 +6,6 @@ The script itself runs only on a GPU node; what can be checked here is that it r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,8 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.hackscript import load_hack_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "compare-nvidia-smi.py"
 XML = """<?xml version="1.0" ?>
 <nvidia_smi_log>
   <driver_version>580.126.20</driver_version>
@@ -32,12 +31,7 @@ XML = """<?xml version="1.0" ?>
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_nvidia_smi", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_hack_script("compare-nvidia-smi.py")
 
 
 def row(**attrs: object) -> dict[str, object]:
