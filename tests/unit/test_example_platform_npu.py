@@ -1,9 +1,9 @@
 """docs/examples/platform-npu: simulated hardware that is not a PCI function, end to end.
 
 The example's module is installed for the test as a distribution would be (a ``.dist-info``
-with its ``drakit.plugins`` entry point, on ``sys.path``), so drakit loads it the way it loads
-any backend; then the test kit builds the simulated SoC, discovers the NPUs, allocates a claim
-and prepares it.
+with its ``drakit.plugins`` entry point, on ``sys.path``: the ``entry_points`` fixture), so
+drakit loads it the way it loads any backend; then the test kit builds the simulated SoC,
+discovers the NPUs, allocates a claim and prepares it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.conftest import EntryPoints
 from tests.public_api import REPO_ROOT, drakit_imports, public_modules, top_level
 
 from drakit.models import AllocatedDevice, ClaimInfo
@@ -25,14 +26,12 @@ DRIVER = "npu.acme.example.com"
 
 
 @pytest.fixture
-def example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """The example, installed as ``acme-npu-example`` with its entry point."""
-    dist = tmp_path / "site" / "acme_npu_example-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-npu-example\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[drakit.plugins]\nacme_npu = acme_npu:AcmeNpuPlugin\n")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+def example(entry_points: EntryPoints, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The example, installed as a distribution with its ``acme_npu`` entry point."""
     monkeypatch.syspath_prepend(str(EXAMPLE))
+    entry_points.install(
+        "drakit.plugins", "acme_npu", "from acme_npu import AcmeNpuPlugin as Plugin\n"
+    )
     import acme_npu
 
     yield acme_npu
