@@ -38,6 +38,7 @@ from tests.e2e.controlplane import (
     ControlPlane,
     ControlPlaneError,
     KubeletStandIn,
+    fresh_namespace,
     resolve_bin_dir,
 )
 from tests.e2e.realnode import RealNode, RealNodeError, build_images, resolve_node_bin_dir
@@ -169,12 +170,8 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     Without a kubelet, gracefully deleted pods never go away, so teardown deletes
     them with ``gracePeriodSeconds=0`` first.
     """
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    control_plane.create_namespace(name, {"drakit-e2e": "true"})
-    try:
+    with fresh_namespace(control_plane) as name:
         yield name
-    finally:
-        control_plane.delete_namespace(name)
 
 
 @pytest.fixture

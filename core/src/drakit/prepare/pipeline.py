@@ -460,7 +460,7 @@ class DriverState:
                 rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: got}})
                 cp.claims[ref.uid] = rec
             crash_point("prepare-after-plugin")
-            edits = self._with_metadata(plan, snap, prepared)
+            edits = self._device_edits(plan, snap, prepared)
             crash_point("prepare-after-metadata")
             spec = self.cdi.build(ref.uid, edits)
             name = self.cdi.write(ref.uid, spec)
@@ -482,7 +482,7 @@ class DriverState:
         )
         return ""
 
-    def _with_metadata(
+    def _device_edits(
         self,
         plan: Planned,
         snap: InventorySnapshot,
