@@ -38,6 +38,8 @@ __all__ = [
     "ClaimPrepareResult",
     "ClaimRef",
     "ClaimUnprepareResult",
+    "ContainerResources",
+    "ContainerView",
     "CounterConsumption",
     "CounterSet",
     "Device",
@@ -50,6 +52,8 @@ __all__ = [
     "EnvEntry",
     "NetworkData",
     "NodeInfo",
+    "PodRef",
+    "PodSandboxView",
     "PreparedDevice",
     "PreparedDeviceRef",
     "Quantity",
@@ -654,3 +658,49 @@ class ClaimUnprepareResult(_Frozen):
     """The result of unpreparing one claim: empty error on success."""
 
     error: str = ""
+
+
+# --- enforcement through the container runtime (NRI; hook API 1.2) -----------------------------
+
+
+class PodRef(_Frozen):
+    """A pod as the container runtime names it: its UID, namespace and name."""
+
+    uid: str
+    namespace: str
+    name: str
+
+
+class PodSandboxView(_Frozen):
+    """A pod sandbox as the runtime reports it to drakit's NRI plugin.
+
+    ``netns`` is the path of the pod's network namespace (from the sandbox's Linux
+    namespaces), ``None`` for a host-network pod; ``ips`` are the pod's addresses, when the
+    runtime knows them.
+    """
+
+    id: str
+    pod: PodRef
+    netns: str | None = None
+    ips: tuple[str, ...] = ()
+
+
+class ContainerView(_Frozen):
+    """A container as the runtime reports it to drakit's NRI plugin.
+
+    ``cdi_devices`` are the fully qualified CDI device names the runtime injected into it
+    (``vendor/class=name``), drakit's among them; core finds the container's devices from them.
+    """
+
+    id: str
+    name: str
+    pod: PodRef
+    sandbox_id: str
+    cdi_devices: tuple[str, ...] = ()
+
+
+class ContainerResources(_Frozen):
+    """What a plugin wants a container's cpuset to be; ``None`` in a field means no opinion."""
+
+    cpus: frozenset[int] | None = None
+    mems: frozenset[int] | None = None
