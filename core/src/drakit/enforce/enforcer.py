@@ -179,6 +179,12 @@ class Enforcer(Handlers):
     def create_container(self, request: api.CreateContainerRequest) -> api.CreateContainerResponse:
         """The merged cpuset, and the fail-closed guard mounts removed."""
         view = container_view(request.pod, request.container)
+        log.debug(
+            "NRI: CreateContainer %s: CDI_devices [%s], CDI annotations %s",
+            _name(view),
+            ", ".join(d.name for d in request.container.CDI_devices),
+            sorted(k for k in request.container.annotations if k.startswith("cdi.k8s.io/")),
+        )
         wanted = self.wanted(view, self.index())  # an error fails the creation, with its message
         guards = guard_mounts(request.container.mounts)
         with self._lock:
