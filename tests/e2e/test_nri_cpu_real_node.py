@@ -125,6 +125,8 @@ def _start(cp: ControlPlane, node: RealNode, ns: str, name: str, claim: bool) ->
 def _claim_cpus(cp: ControlPlane, d: Drakit, ns: str, name: str) -> frozenset[int]:
     uid = pod_claim(cp, ns, name)["metadata"]["uid"]
     record: dict[str, Any] = d.dirs.checkpoint(DRIVER)[uid]
+    pod_uid = cp.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")["metadata"]["uid"]
+    assert pod_uid in record["reserved_for"], "the pod -> claims map NRI's pod events use"
     (device,) = record["prepared"]["cpu"]
     return parse_cpulist(device["state"]["cpus"])
 
