@@ -8,7 +8,9 @@ One control plane and one real node (``tests/e2e/realnode.py``: the real kubelet
 2.4.2 with NRI, runc, CNI). In each round, ``drakit node`` (the CPU backend on this machine's
 CPUs, ``nri.enabled``, ``fail_closed`` off) is started and waited for until its NRI plugin is
 connected (``/readyz``, then the log's "synchronized"), ``--pods`` pods are timed, drakit is
-stopped, and as many pods are timed without it. Each pod (one container, no claim: the NRI
+stopped, and as many pods are timed without it; odd rounds time the side without drakit first,
+and each side waits 3 s after drakit started or stopped, so that neither side always follows
+a start-up or a shutdown. Each pod (one container, no claim: the NRI
 plugin still answers its CreateContainer with the shared pool) is timed from its creation to
 phase Running (polled every 20 ms), then deleted with grace 0 and waited for. Reported: pod
 creation to Running p50/p90/max with and without the plugin and the ratio of the p50s, with
@@ -76,6 +78,38 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
+SETTLE = 3.0
+"""Seconds to wait after drakit started or stopped before pods are timed."""
+
+
+def _drakit(cp: ControlPlane, node: RealNode, dirs: NodeDirs, r: int) -> NodeProcess:
+    """``drakit node`` with NRI on, started and waited for until its NRI plugin synchronized."""
+    drakit = NodeProcess(
+        kubeconfig=cp.kubeconfig,
+        node_name=node.name,
+        dirs=dirs,
+        plugins={"cpu": {"driver": "cpu-bench.drakit.io", "mode": "individual"}},
+        sysfs_root=Path("/"),
+        instance_id=f"bench{r}",
+        settings={
+            "log_level": "INFO",
+            "nri": {"enabled": True, "socket": str(node.nri_socket), "fail_closed": False},
+        },
+    )
+    try:
+        drakit.start()
+        drakit.wait_ready(timeout=90)
+        wait_for(
+            lambda: "NRI: synchronized" in drakit.log(),
+            timeout=60,
+            what="drakit's NRI plugin connected",
+        )
+    except BaseException:
+        drakit.close()
+        raise
+    return drakit
+
+
 def measure(rounds: int, pods: int) -> tuple[dict[str, list[float]], tuple[float, float, float]]:
     """Start everything, time the pods with and without drakit's NRI plugin."""
     cp = ControlPlane(find_bin_dir(None))
@@ -89,32 +123,22 @@ def measure(rounds: int, pods: int) -> tuple[dict[str, list[float]], tuple[float
         dirs.state_dir.mkdir(exist_ok=True)
         _time_pod(cp, node, "warmup")  # the first pod pays for the image's first use
         for r in range(rounds):
-            drakit = NodeProcess(
-                kubeconfig=cp.kubeconfig,
-                node_name=node.name,
-                dirs=dirs,
-                plugins={"cpu": {"driver": "cpu-bench.drakit.io", "mode": "individual"}},
-                sysfs_root=Path("/"),
-                instance_id=f"bench{r}",
-                settings={
-                    "log_level": "INFO",
-                    "nri": {"enabled": True, "socket": str(node.nri_socket), "fail_closed": False},
-                },
-            )
-            try:
-                drakit.start()
-                drakit.wait_ready(timeout=90)
-                wait_for(
-                    lambda d=drakit: "NRI: synchronized" in d.log(),  # type: ignore[misc]
-                    timeout=60,
-                    what="drakit's NRI plugin connected",
-                )
-                for i in range(pods):
-                    times["with"].append(_time_pod(cp, node, f"with-{r}-{i}"))
-            finally:
-                drakit.close()
-            for i in range(pods):
-                times["without"].append(_time_pod(cp, node, f"without-{r}-{i}"))
+            # alternate which side goes first, and let the node settle after drakit starts or
+            # stops, so neither side always follows a drakit start-up or shutdown
+            order = ("with", "without") if r % 2 == 0 else ("without", "with")
+            for side in order:
+                if side == "without":
+                    time.sleep(SETTLE)
+                    for i in range(pods):
+                        times["without"].append(_time_pod(cp, node, f"without-{r}-{i}"))
+                    continue
+                drakit = _drakit(cp, node, dirs, r)
+                try:
+                    time.sleep(SETTLE)
+                    for i in range(pods):
+                        times["with"].append(_time_pod(cp, node, f"with-{r}-{i}"))
+                finally:
+                    drakit.close()
         load = os.getloadavg()
     finally:
         node.stop()
