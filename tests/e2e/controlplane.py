@@ -84,7 +84,13 @@ WANTED_FEATURE_GATES = (
 #: Alpha API versions served when any alpha DRA gate is enabled.
 ALPHA_RUNTIME_CONFIG = ("resource.k8s.io/v1alpha3=true",)
 
-CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "namespace-controller")
+# job-controller: Kueue's e2e runs batch/v1 Jobs (tests/e2e/test_kueue.py); nothing else makes Jobs.
+CONTROLLERS = (
+    "resourceclaim-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "job-controller",
+)
 
 _PR_SET_PDEATHSIG = 1
 _GATE_LINE = re.compile(
