@@ -424,6 +424,8 @@ def test_quota_holds_the_second_job_until_the_first_finishes(
     assert assignment["resourceUsage"][NIC_RESOURCE] == "2", assignment
     placed = scheduled_with_nics(cp, ns, "first", 2)
     assert set(placed.values()) <= set(nodes)
+    used = assignment["resourceUsage"][NIC_RESOURCE]
+    print(f"first: admitted, {NIC_RESOURCE} used {used}; {placed}")
 
     cp.api(
         "POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job("second", lq, pods=2, template="nic")
@@ -435,6 +437,7 @@ def test_quota_holds_the_second_job_until_the_first_finishes(
 
     reserved = wait_for(held, timeout=60, interval=0.5, what="the second Workload to be held")
     assert NIC_RESOURCE in reserved["message"], reserved
+    print(f"second: QuotaReserved=False: {reserved['message']}")
     assert suspended(cp, ns, "second")
     assert job_pods(cp, ns, "second") == []
 
@@ -447,7 +450,7 @@ def test_quota_holds_the_second_job_until_the_first_finishes(
     )
     assert condition(workload_of(cp, ns, "first"), "Finished").get("status") == "True"
     assert not suspended(cp, ns, "second")
-    scheduled_with_nics(cp, ns, "second", 2)
+    print(f"second: admitted after the first finished; {scheduled_with_nics(cp, ns, 'second', 2)}")
 
 
 def test_a_device_class_without_a_mapping_is_not_admitted(
@@ -472,6 +475,7 @@ def test_a_device_class_without_a_mapping_is_not_admitted(
     reserved = wait_for(refused, timeout=60, interval=0.5, what="the Workload refused")
     assert "DeviceClass amd-ainic-unmapped is not mapped" in reserved["message"], reserved
     assert suspended(cp, ns, "unmapped")
+    print(f"unmapped: {reserved['reason']}: {reserved['message']}")
 
 
 def test_topology_aware_scheduling_keeps_a_job_in_one_fabric(
@@ -507,6 +511,7 @@ def test_topology_aware_scheduling_keeps_a_job_in_one_fabric(
     fabrics = {nodes[node] for node in placed.values()}
     assert fabrics == {"f2"}, (placed, nodes)
     assert len(set(placed.values())) == 2, placed
+    print(f"spread: {json.dumps({pod: (node, nodes[node]) for pod, node in placed.items()})}")
     # Kueue's topology ungater, not the scheduler's choice, pinned each pod to its Node
     for pod in job_pods(cp, ns, "spread"):
         selector = pod["spec"].get("nodeSelector", {})
