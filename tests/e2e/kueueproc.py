@@ -16,9 +16,9 @@ The API server has no route to a Service (no kube-proxy, no endpoints on loopbac
 ``service`` reference becomes a ``url`` on ``https://127.0.0.1:<port>``. Kueue's internal
 certificate management (its default) stays on: the Secret is seeded with a CA named
 ``kueue-ca`` and a serving certificate for both ``kueue-webhook-service.kueue-system.svc`` (what
-Kueue checks) and ``127.0.0.1`` (what the API server dials); Kueue accepts it as valid and injects the
-CA into the webhook configurations and the CRDs itself; the files go to its ``certDir`` as a
-Secret volume would put them there.
+Kueue checks) and ``127.0.0.1`` (what the API server dials); Kueue accepts it as valid and
+injects the CA into the webhook configurations and the CRDs itself; the files go to its
+``certDir`` as a Secret volume would put them there.
 
 The manager runs as the admin user (``system:masters``), not with the ServiceAccount and
 ClusterRole of ``config/components/rbac``. :meth:`KueueManager.stop` deletes the webhook

@@ -11,8 +11,9 @@ allocates the NICs from drakit's ResourceSlices.
 Without a kubelet, a Job "finishes" when the test writes its pods' phase ``Succeeded``; the
 job controller completes the Job, and Kueue releases its quota.
 
-The fabric label: ``topology.drakit.io/fabric`` is written on the test Nodes by this module
-(``label_fabric``) until the node driver writes it (issue 34 item 2, helper "multinode").
+The fabric label: each ``drakit node`` has its fabric in its configuration (``amd_ainic``'s
+``fabric``) and writes ``topology.drakit.io/fabric`` on its own Node (``docs/multi-node.md``);
+the test only adds the pool label that keeps Kueue's flavors to these Nodes.
 """
 
 from __future__ import annotations
@@ -54,10 +55,8 @@ def patch(cp: ControlPlane, path: str, body: dict[str, Any], *, status: bool = F
     assert code == 200, f"PATCH {path}: {code} {data[:300]!r}"
 
 
-def label_fabric(cp: ControlPlane, node: str, labels: dict[str, str | None]) -> None:
-    """Set the Node's fabric (and pool) labels. Stand-in for the node driver, which will write
-    ``topology.drakit.io/fabric`` itself (issue 34 item 2)."""
-    patch(cp, f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
+def node_labels(cp: ControlPlane, node: str) -> dict[str, str]:
+    return dict(cp.api("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels", {}))
 
 
 def drakit_classes(run_dir: Path) -> list[dict[str, Any]]:
@@ -225,14 +224,22 @@ def pool() -> str:
 def nodes(control_plane: ControlPlane, pool: str) -> Iterator[dict[str, str]]:
     """Three drakit nodes: node -> fabric (``f1`` one Node, ``f2`` two)."""
     cp = control_plane
-    with (
-        running_node(cp, "kq-a", PLUGINS, profile=PROFILE) as a,
-        running_node(cp, "kq-b", PLUGINS, profile=PROFILE) as b1,
-        running_node(cp, "kq-c", PLUGINS, profile=PROFILE) as b2,
-    ):
+    settings = {"topology_labels": {"remove_on_exit": True}}
+
+    def node(prefix: str, fabric: str) -> Any:
+        plugins = {"amd_ainic": {**PLUGINS["amd_ainic"], "fabric": fabric}}
+        return running_node(cp, prefix, plugins, profile=PROFILE, settings=settings)
+
+    with node("kq-a", "f1") as a, node("kq-b", "f2") as b1, node("kq-c", "f2") as b2:
         fabrics = {a.name: "f1", b1.name: "f2", b2.name: "f2"}
-        for node, fabric in fabrics.items():
-            label_fabric(cp, node, {FABRIC_LABEL: fabric, POOL_LABEL: pool})
+        for name in fabrics:
+            patch(cp, f"/api/v1/nodes/{name}", {"metadata": {"labels": {POOL_LABEL: pool}}})
+
+        def labelled() -> bool:
+            # written by each node driver from its NICs' fabric, not by this test
+            return all(node_labels(cp, n).get(FABRIC_LABEL) == f for n, f in fabrics.items())
+
+        wait_for(labelled, timeout=60, interval=0.5, what="the nodes' fabric labels")
 
         def published() -> bool:
             slices = cp.api("GET", f"{RESOURCE}/resourceslices")["items"]
