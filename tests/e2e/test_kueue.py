@@ -286,6 +286,11 @@ def kueue(
     )
     with manager:
         yield manager
+    # stopped cleanly: no webhook of a stopped Kueue is left for the API server to call
+    for kind in ("mutating", "validating"):
+        path = f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations"
+        left = [w["metadata"]["name"] for w in control_plane.api("GET", path)["items"]]
+        assert not [n for n in left if n.startswith("kueue-")], left
 
 
 @pytest.fixture
