@@ -118,10 +118,7 @@ def test_sigterm_finishes_the_call_in_flight_removes_sockets_keeps_slices(
         with proc:
             proc.wait_ready(timeout=60)
             slices = slice_versions(cp, name)
-            # every driver published (the GPUs and NICs also a slice of counter sets apart)
-            assert {d for d in proc.drivers if any(f"-{d}-" in n for n in slices)} == set(
-                proc.drivers
-            ), sorted(slices)
+            assert len(slices) == len(proc.drivers)
             claim = allocated_claim(
                 cp,
                 namespace,
