@@ -196,34 +196,3 @@ def test_the_fallbacks_of_the_fast_path_equal_the_long_way(tmp_path: Path) -> No
     assert (vf2.ifname, vf2.queues) == (None, 0)
     drivers_of = {fn.vf_index: fn.pci.driver for fn in read_vfs(root, nics[1])}
     assert drivers_of == {i: "vfio-pci" if i == 3 else "ionic" for i in range(8)}
-
-
-def test_a_standalone_pf_consumes_its_own_counter_set_until_the_server_drops_them(
-    trees: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Every published PF is a counter set it consumes whole (its bandwidth), also without a
-    composite: what a Kueue that reads counters charges (docs/multi-node.md). Where the API
-    server drops ``consumesCounters`` the backend says so once and publishes without them, and
-    stays so until restart (no flapping)."""
-    host = _host(trees["h200-8gpu-8ainic"], "pf", tmp_path)
-    found = host.discover()
-    pfs = {k.device: d for k, d in found.devices.items() if k.driver == DRIVER}
-    assert len(pfs) == 8
-    sets = {cs.name: cs for group in found.counter_sets.values() for cs in group}
-    for name, dev in pfs.items():
-        [use] = dev.consumes_counters
-        assert use.counter_set == f"{name}-counter-set"
-        assert use.counters == sets[use.counter_set].counters
-        assert set(use.counters) <= {"bandwidth", "nic"}, use.counters
-    json.loads(_rendered(found))  # renders
-
-    dropped: set[str] = {"consumesCounters"}
-    host.dropped_fields = lambda driver: frozenset(dropped if driver == DRIVER else ())
-    caplog.set_level("WARNING")
-    after = host.discover()
-    assert all(not d.consumes_counters for d in after.devices.values())
-    assert not any(after.counter_sets.values())
-    dropped.clear()
-    assert not any(host.discover().counter_sets.values()), "off until restart"
-    said = [r for r in caplog.records if "drops consumesCounters" in r.getMessage()]
-    assert len(said) == 1

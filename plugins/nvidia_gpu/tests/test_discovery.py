@@ -54,10 +54,7 @@ def test_every_attribute_as_nvidias_driver_publishes_it(
         assert "index" not in attrs
         assert "minor" not in attrs
         assert {k: v.value for k, v in d.capacity.items()} == {"memory": str(g.memory_total_bytes)}
-        # a counter set of its own, consumed whole: what a counter-reading Kueue charges
-        [whole] = d.consumes_counters
-        assert whole.counter_set == f"gpu-{g.minor_number}-counter-set"
-        assert whole.counters == {"memory": str(g.memory_total_bytes)}
+        assert d.consumes_counters == ()
 
 
 def test_mig_mode_off_publishes_only_full_gpus(build_root: Build, open_gpu_host: Open) -> None:
@@ -84,14 +81,13 @@ def test_mig_gpus_are_counter_sets_their_placements_consume(
     [use] = me.consumes_counters
     assert use.counters["ofa-engines"] == "1"  # of the GPU's one: two never fit together
     assert not any(n.startswith("gpu-1-mig-") for n in devices), "GPU 1 is not in MIG mode"
-    [gpu1] = devices["gpu-1"].consumes_counters
-    assert set(gpu1.counters) == {"memory"}, "not in MIG mode: its whole memory only"
+    assert devices["gpu-1"].consumes_counters == ()
 
     full = devices["gpu-0"]
     [whole] = full.consumes_counters
     assert whole.counter_set == "gpu-0-counter-set"
     sets = {cs.name: cs for cs in plugin_sets.counter_sets[(DRIVER, "gpu-node")]}
-    assert list(sets) == [f"gpu-{i}-counter-set" for i in range(8)]
+    assert list(sets) == ["gpu-0-counter-set"]
     assert sets["gpu-0-counter-set"].counters == whole.counters
     assert whole.counters["multiprocessors"] == "132"
     assert whole.counters["ofa-engines"] == "1"
@@ -133,7 +129,7 @@ def test_overlapping_placements_share_a_memory_slice_counter(
     assert slices("gpu-0") == slices("gpu-0-mig-7g80gb-0-0")
 
 
-def test_mig_partitions_off_publishes_full_gpus_with_whole_counters(
+def test_mig_partitions_off_publishes_full_gpus_without_counters(
     build_root: Build, open_gpu_host: Open
 ) -> None:
     with open_gpu_host(
@@ -141,9 +137,7 @@ def test_mig_partitions_off_publishes_full_gpus_with_whole_counters(
     ) as host:
         devices = gpus(host)
     assert sorted(devices) == [f"gpu-{i}" for i in range(8)]
-    for d in devices.values():
-        [use] = d.consumes_counters
-        assert set(use.counters) == {"memory"}, "no MIG engines or memory slices"
+    assert all(d.consumes_counters == () for d in devices.values())
 
 
 def test_published_slices_put_counter_sets_apart(build_root: Build, open_gpu_host: Open) -> None:
@@ -151,7 +145,8 @@ def test_published_slices_put_counter_sets_apart(build_root: Build, open_gpu_hos
         slices = [s for s in build_inventory(host).slices() if s["spec"]["driver"] == DRIVER]
     counters = [s for s in slices if "sharedCounters" in s["spec"]]
     assert [c["name"] for s in counters for c in s["spec"]["sharedCounters"]] == [
-        f"gpu-{i}-counter-set" for i in range(8)
+        "gpu-0-counter-set",
+        "gpu-1-counter-set",
     ]
     assert all("devices" not in s["spec"] for s in counters)
     assert sum(len(s["spec"].get("devices", [])) for s in slices) == 8 + 2 * 25

@@ -7,13 +7,12 @@
   request policy; prepare gives every share its own VF.
 * ``none``: not published (left to another agent, e.g. the classic device plugin).
 
-Unless the API server drops ``consumesCounters``, :func:`with_counter_sets` makes every
-published PF (``pf`` and ``shared``) a counter set ``<nic>-counter-set`` that its device consumes
-whole (its ``bandwidth`` in Gbps, what a Kueue that reads counters charges,
-``docs/multi-node.md``) and a GPU-NIC pair of a composite backend (``docs/composite.md``)
-holding it consumes the same. The scheduler charges a multi-allocatable device's counters once,
-when its first share is allocated, and keeps them while any share is left, so a shared NIC and a
-pair exclude each other without the shares excluding one another.
+When the driver is shared with a composite backend (``docs/composite.md``),
+:func:`with_counter_sets` makes every published PF (``pf`` and ``shared``) a counter set
+``<nic>-counter-set`` that its device consumes whole and a GPU-NIC pair holding it consumes the
+same. The scheduler charges a multi-allocatable device's counters once, when its first share is
+allocated, and keeps them while any share is left, so a shared NIC and a pair exclude each other
+without the shares excluding one another.
 """
 
 from __future__ import annotations

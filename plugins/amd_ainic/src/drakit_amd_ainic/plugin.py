@@ -84,7 +84,6 @@ class AmdAinicPlugin:
         )
         self._view = _View(published={})
         self._cache = DiscoveryCache()
-        self._counters_dropped = False
 
     @property
     def published(self) -> Mapping[str, Published]:
@@ -102,20 +101,11 @@ class AmdAinicPlugin:
             nics, self.settings, Path(node.sysfs_root), self._cache, node.labels
         )
         self._view = _View(published=published)
-        if not self._counters_dropped and "consumesCounters" in self.ctx.dropped_fields():
-            self._counters_dropped = True  # until restart: publishing them again would flap
-            self.ctx.log.warning(
-                "plugins.%s: the API server drops consumesCounters (DRAPartitionableDevices is "
-                "off); publishing NICs without counter sets",
-                self.ctx.name,
-            )
-        if self._counters_dropped:
+        if not self.ctx.shares_driver:
             # validated devices (thousands on a VF node): no second pass over each
             return DeviceInventory.model_construct(devices=tuple(devices))
-        # every PF consumes a counter set of its own (bandwidth): what a counter-reading Kueue
-        # charges (docs/multi-node.md, "Counters"); a composite's pairs consume the same
         devices, sets = with_counter_sets(devices, published)
-        return DeviceInventory.model_construct(devices=tuple(devices), counter_sets=tuple(sets))
+        return DeviceInventory(devices=tuple(devices), counter_sets=tuple(sets))
 
     @hookimpl
     def drakit_node_labels(self, devices: Mapping[DeviceKey, Device]) -> dict[str, str] | None:

@@ -8,9 +8,8 @@ and render numbers change across boots): ``productName``, ``family`` (``CDNA3``)
 (DPX, QPX, CPX) is also a counter set: the full GPU consumes all of its XCCs and memory, each
 partition (``type: amdgpu-partition``, ``<gpu>-<mode>-<k>``) its own, so the scheduler never
 hands out the whole GPU together with one of its partitions. With ``whole_counters`` (the
-plugin's default; off only where the API server drops ``consumesCounters``) every GPU is a
-counter set, partitioned or not, which the full GPU (and a GPU-NIC pair of a composite backend
-holding it, ``docs/composite.md``) consumes whole: what a Kueue that reads counters charges.
+driver is shared with a composite backend, ``docs/composite.md``) every GPU is a counter set,
+partitioned or not, which the full GPU (and a GPU-NIC pair holding it) consumes whole.
 """
 
 from __future__ import annotations

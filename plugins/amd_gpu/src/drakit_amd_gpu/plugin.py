@@ -74,9 +74,7 @@ class AmdGpuPlugin:
             gpus,
             partitions=self.settings.partitions and not self._counters_dropped,
             taints=taints,
-            # every full GPU consumes a counter set of its own: what a counter-reading Kueue
-            # charges (docs/multi-node.md, "Counters"); pairs of a composite consume the same
-            whole_counters=not self._counters_dropped,
+            whole_counters=self.ctx.shares_driver and not self._counters_dropped,
         )
         with self._lock:
             self._published = published

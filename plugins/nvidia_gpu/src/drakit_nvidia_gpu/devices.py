@@ -13,11 +13,9 @@ only for GPUs in MIG mode): the parent's attributes without ``uuid`` plus ``pare
 engines, memory and one ``memory-slice-<i>`` per memory slice it covers, so the scheduler
 never allocates a full GPU with a slice of it, nor two overlapping slices.
 
-With ``whole_counters`` (the plugin's default; off only where the API server drops
-``consumesCounters``) every GPU is such a counter set, MIG mode or not, and the full GPU
-consumes all of it (its ``memory``, or one ``gpu``): a GPU-NIC pair of a composite backend
-(``docs/composite.md``) consumes exactly the same, so the GPU is never allocated alone and in a
-pair, and a Kueue that reads counters charges a full GPU its memory (``docs/multi-node.md``).
+With ``whole_counters`` (the driver is shared with a composite backend, ``docs/composite.md``)
+every GPU is such a counter set, MIG mode or not, and the full GPU consumes all of it: a
+GPU-NIC pair consumes exactly the same, so the GPU is never allocated alone and in a pair.
 """
 
 from __future__ import annotations

@@ -108,9 +108,7 @@ class NvidiaGpuPlugin:
             Path(node.sysfs_root),
             partitions=self.settings.mig_partitions and not self._counters_dropped,
             taints=problem_taints(problems, self.settings.taint_effect),
-            # every full GPU consumes a counter set of its own: what a counter-reading Kueue
-            # charges (docs/multi-node.md, "Counters"); pairs of a composite consume the same
-            whole_counters=not self._counters_dropped,
+            whole_counters=self.ctx.shares_driver and not self._counters_dropped,
         )
         with self._lock:
             self._published = published
