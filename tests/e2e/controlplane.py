@@ -93,7 +93,13 @@ ALPHA_RUNTIME_CONFIG = ("resource.k8s.io/v1alpha3=true",)
 #: API versions served when a gate in the key is enabled (beta APIs are off by default).
 GATED_RUNTIME_CONFIG = {"GenericWorkload": "scheduling.k8s.io/v1beta1=true"}
 
-CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "namespace-controller")
+# job-controller: Kueue's e2e runs batch/v1 Jobs (tests/e2e/test_kueue.py); nothing else makes Jobs.
+CONTROLLERS = (
+    "resourceclaim-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "job-controller",
+)
 
 _PR_SET_PDEATHSIG = 1
 _GATE_LINE = re.compile(
