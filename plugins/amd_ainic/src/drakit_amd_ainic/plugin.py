@@ -2,8 +2,9 @@
 
 The hooks only; the work is in the modules beside this one: :mod:`.discovery` (sysfs),
 :mod:`.devices` (modes, attributes, capacities, rails), :mod:`.config` (``NicConfig``),
-:mod:`.prepare` (VF choice, settings, CDI, ledger), :mod:`.health`, :mod:`.netlink` (the
-pyroute2 seam) and :mod:`.strategies`. ``docs/ainic-backend.md`` is the user-facing description.
+:mod:`.prepare` (VF choice, settings, CDI, ledger), :mod:`.podnet` (netdevs into pods, with
+NRI; :mod:`.netns` does the rtnetlink requests), :mod:`.health`, :mod:`.netlink` (the pyroute2
+seam) and :mod:`.strategies`. ``docs/ainic-backend.md`` is the user-facing description.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from drakit.context import PluginContext
 from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
 from drakit.errors import RetryableError
 from drakit.hookspecs import hookimpl
-from drakit.models import ClaimInfo, DeviceHealth, DeviceInventory, NodeInfo, PreparedDevice
+from drakit.models import (
+    ClaimInfo,
+    DeviceHealth,
+    DeviceInventory,
+    NodeInfo,
+    PodSandboxView,
+    PreparedDevice,
+)
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import parse_nic_config
 from drakit_amd_ainic.devices import DiscoveryCache, Published, build_devices, with_counter_sets
@@ -29,6 +37,7 @@ from drakit_amd_ainic.discovery import read_ainics
 from drakit_amd_ainic.health import device_health
 from drakit_amd_ainic.ledger import Ledger
 from drakit_amd_ainic.netlink import netlink_for
+from drakit_amd_ainic.podnet import PodNetwork
 from drakit_amd_ainic.prepare import SELECTION_KIND, Preparer
 from drakit_amd_ainic.settings import AmdAinicSettings
 from drakit_amd_ainic.strategies import LEAST_LOADED, least_loaded
@@ -61,13 +70,15 @@ class AmdAinicPlugin:
         self.ctx = context
         self.settings = context.settings_as(AmdAinicSettings)
         self.root = Path(context.node.sysfs_root)
+        boot = boot_id(self.root)
         self.preparer = Preparer(
             self.root,
             self.settings,
             netlink_for(self.settings.netlink, context.libraries),
-            Ledger(context.state, boot_id(self.root)),
+            Ledger(context.state, boot),
             context.select,
         )
+        self.podnet = PodNetwork(context.state, boot)
         self._view = _View(published={})
         self._cache = DiscoveryCache()
 
@@ -79,6 +90,8 @@ class AmdAinicPlugin:
     @hookimpl
     def drakit_discover_devices(self, node: NodeInfo) -> DeviceInventory | None:
         """AINIC PFs and VFs, published per their configured mode."""
+        if self.settings.move_netdevs != "never":
+            self.podnet.recover()  # at start and each round: nothing stays half moved
         nics = read_ainics(node.sysfs_root, self._cache.sysfs)
         if not nics:
             self._view = _View(published={})
@@ -112,8 +125,25 @@ class AmdAinicPlugin:
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: list[PreparedDevice]) -> bool:
-        """Reset the claim's VFs and remove on-demand VFs of idle PFs."""
+        """Bring the claim's netdevs back from pods, reset its VFs, remove idle on-demand VFs."""
+        if self.settings.move_netdevs != "never":
+            self.podnet.stop(None, claim_uid)
         self.preparer.unprepare(claim_uid, prepared)
+        return True
+
+    @hookimpl
+    def drakit_pod_sandbox_start(
+        self, sandbox: PodSandboxView, claim_uid: str, devices: Sequence[PreparedDevice]
+    ) -> Sequence[PreparedDevice] | None:
+        """Move the claim's netdevs that ask for it into the pod; their in-pod networkData."""
+        return self.podnet.start(sandbox, claim_uid, devices)
+
+    @hookimpl
+    def drakit_pod_sandbox_stop(
+        self, sandbox: PodSandboxView, claim_uid: str, devices: Sequence[PreparedDevice]
+    ) -> bool:
+        """Move the claim's netdevs back to the host under their host names and settings."""
+        self.podnet.stop(sandbox, claim_uid)
         return True
 
     @hookimpl

@@ -139,6 +139,15 @@ class AmdAinicSettings(PluginSettings):
             "under the node's --state-dir"
         ),
     )
+    move_netdevs: Literal["configured", "always", "never"] = Field(
+        default="configured",
+        description=(
+            "Move a claim's netdev into its pod's network namespace at sandbox start (needs the "
+            "node's NRI plugin): 'configured' when the claim's NicConfig has 'interface', "
+            "'always' for every claim whose function has a netdev, 'never' (a claim asking is "
+            "refused at prepare)"
+        ),
+    )
     vf_ready_timeout: float = Field(
         default=10.0, gt=0, le=300, description="Seconds to wait for VFs after sriov_numvfs"
     )
