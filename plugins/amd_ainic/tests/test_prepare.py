@@ -410,6 +410,14 @@ def test_interface_is_recorded_for_the_sandbox_start_and_refused_where_it_cannot
         assert not node.prepare(ref)[ref.uid].error
         (dev,) = node.prepared(ref)
         assert dev.state["move"] == {}, "always: moved under its host name"
+    with ainic_node("h200-8gpu-8ainic", rdma_netns_mode="exclusive") as node:
+        ref = node.add("c1", [("nic", "ainic-3", None)], [nic_config(interface={})])
+        ok = node.add(
+            "c2", [("nic", "ainic-4", None)], [nic_config(interface={}, rdma={"enabled": False})]
+        )
+        res = node.prepare(ref, ok)
+        assert "RDMA netns mode is exclusive, where RDMA device ionic_3" in res[ref.uid].error
+        assert not res[ok.uid].error
     with ainic_node("h200-8gpu-8ainic", default_mode="shared", shares_per_vf=2) as node:
         ref = node.add("a", [("nic", "ainic-0", SHARE)], [nic_config(interface={"name": "n"})])
         err = node.prepare(ref)[ref.uid].error

@@ -436,6 +436,16 @@ class Preparer:
             )
         elif not fn.ifname:
             why = f"function {fn.bdf} has no netdev (is it bound to ionic?); remove interface"
+        elif (
+            self.settings.rdma_netns_mode == "exclusive"
+            and plan.cfg.get("rdma", True)
+            and fn.rdma_device
+        ):
+            why = (
+                f"the node's RDMA netns mode is exclusive, where RDMA device {fn.rdma_device} "
+                "would have to move into the pod too, and drakit moves only netdevs; set "
+                "rdma: {enabled: false}, or remove interface"
+            )
         elif plan.pub.mode == "shared" and self.settings.shares_per_vf > 1:
             why = (
                 f"this VF is shared by up to {self.settings.shares_per_vf} claims "

@@ -148,6 +148,14 @@ class AmdAinicSettings(PluginSettings):
             "refused at prepare)"
         ),
     )
+    rdma_netns_mode: Literal["shared", "exclusive"] = Field(
+        default="shared",
+        description=(
+            "The kernel's RDMA netns mode on this node (rdma system show netns). drakit moves "
+            "netdevs, not RDMA devices: under 'exclusive' a claim that moves its netdev and "
+            "keeps rdma.enabled is refused at prepare"
+        ),
+    )
     vf_ready_timeout: float = Field(
         default=10.0, gt=0, le=300, description="Seconds to wait for VFs after sriov_numvfs"
     )
