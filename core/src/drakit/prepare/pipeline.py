@@ -59,6 +59,7 @@ from drakit.host.pluginhost import PluginHost
 from drakit.models import (
     AllocatedDevice,
     CdiEdits,
+    CdiMount,
     ClaimInfo,
     ClaimPrepareResult,
     ClaimRef,
@@ -171,6 +172,7 @@ class DriverState:
         device_root: Path | None = None,
         device_root_mount: Path | None = None,
         device_metadata: bool = False,
+        guard: Callable[[str], CdiMount] | None = None,
     ) -> None:
         if len(driver) > 253 or not DNS_SUBDOMAIN.fullmatch(driver):  # noqa: PLR2004
             raise PermanentError(
@@ -214,6 +216,10 @@ class DriverState:
         self._status = (
             StatusWriter(claims, driver) if isinstance(claims, DeviceStatusSink) else None
         )
+        # fail closed through NRI: a mount per CDI device that only drakit's NRI plugin removes
+        self.guard = guard
+        self.on_change: Callable[[], None] | None = None
+        """Called after a prepare or unprepare call that changed what the driver holds."""
 
     def _workers(self) -> ThreadPoolExecutor:
         """The GET worker pool, started on first use (claim GETs of calls with several)."""
@@ -296,10 +302,18 @@ class DriverState:
             return out
         with self._serialized():
             done = self._prepare_locked(list(zip(valid, fetched, strict=True)), snap)
+        self._changed()
         for ref in valid:
             out[ref.uid] = done[ref.uid]
             self._observe("prepare", done[ref.uid].error, start)
         return out
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # a listener's failure never fails the kubelet's call
+                log.exception("driver %s: the held-devices listener failed", self.driver)
 
     def _checked(
         self, claims: Sequence[ClaimRef], op: str, result: type[R], start: float
@@ -506,7 +520,11 @@ class DriverState:
                     cdi = edits.to_cdi()
                     cdi["env"] = [*cdi.get("env", []), ADMIN_ACCESS_ENV]
                     edits = CdiEdits.model_validate(cdi)
-                out.append((self._cdi_device(d), edits))
+                name = self._cdi_device(d)
+                if self.guard is not None:
+                    guard = self.guard(self.cdi.device_name(ref.uid, name))
+                    edits = edits.model_copy(update={"mounts": (*edits.mounts, guard)})
+                out.append((name, edits))
         return out
 
     def _write_metadata(
@@ -698,6 +716,7 @@ class DriverState:
                 errors = {r.uid: f"{describe(r)}: {e}" for r in valid}
             else:
                 errors = self._unprepare_locked(cp, valid)
+        self._changed()
         for ref in valid:
             out[ref.uid] = ClaimUnprepareResult(error=errors.get(ref.uid, ""))
             self._observe("unprepare", out[ref.uid].error, start)
