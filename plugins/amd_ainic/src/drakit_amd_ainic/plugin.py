@@ -90,8 +90,6 @@ class AmdAinicPlugin:
     @hookimpl
     def drakit_discover_devices(self, node: NodeInfo) -> DeviceInventory | None:
         """AINIC PFs and VFs, published per their configured mode."""
-        if self.settings.move_netdevs != "never":
-            self.podnet.recover()  # at start and each round: nothing stays half moved
         nics = read_ainics(node.sysfs_root, self._cache.sysfs)
         if not nics:
             self._view = _View(published={})
@@ -148,7 +146,14 @@ class AmdAinicPlugin:
 
     @hookimpl
     def drakit_device_health(self, node: NodeInfo) -> list[DeviceHealth]:
-        """Link, carrier and RDMA port state of every published device."""
+        """Link, carrier and RDMA port state of every published device.
+
+        Also finishes netdev moves a crash cut short and brings netdevs back from pod
+        namespaces that died: the node polls health from its start on (``health.interval``),
+        and only the node does (``drakit discover`` and the other commands never move a netdev).
+        """
+        if self.settings.move_netdevs != "never":
+            self.podnet.recover()
         return device_health(Path(node.sysfs_root), node.name, self._view.published)
 
     @hookimpl

@@ -10,10 +10,10 @@ Crash safety: the journal (``<state-dir>/plugin_state/amd_ainic/netdev-moves.jso
 :class:`drakit.statefiles.StateFile`) holds one entry per moved function, written *before* each
 step with the step about to run (``phase``) and what the host had (name, MAC, ifindex, MTU, up
 state, addresses). A kill between any two steps leaves an entry that says which step may have
-run; :meth:`PodNetwork.recover` (at the first discovery after a start, at every discovery round,
-and before each hook) finishes it: forward while the pod's namespace lives and the entry was on
-its way in, back otherwise. Every step is safe to repeat: the netdev is looked up (by name and
-MAC) where the step left it or did not.
+run; :meth:`PodNetwork.recover` (at every health poll of the node, the first one right after
+it starts, and before each hook) finishes it: forward while the pod's namespace lives and the
+entry was on its way in, back otherwise. Every step is safe to repeat: the netdev is looked up
+(by name and MAC) where the step left it or did not.
 
 A namespace that died while the netdev was in it: the kernel gives a physical netdev (a PF or a
 VF) back to the host's namespace, keeping its pod name unless the host has one such (then
