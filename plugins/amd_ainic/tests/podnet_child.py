@@ -257,7 +257,53 @@ def crash_child(state: Path, path: str) -> dict[str, Any]:
     return {"survived": True}
 
 
+def through_the_host(state: Path) -> dict[str, Any]:
+    """Prepare through the node's pipeline, then the hooks through the plugin host."""
+    import dataclasses  # noqa: PLC0415 - this scenario only
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import NODE, AinicNode, nic_config  # type: ignore[import-not-found]  # noqa: PLC0415
+
+    from drakit.sim import MachineSpec, PciRootSpec, get_profile  # noqa: PLC0415
+    from drakit.testing import build_sim_node, run_node  # noqa: PLC0415
+    from drakit_amd_ainic.sim import pollara  # noqa: PLC0415
+
+    make_host_veth()
+    pf = pollara("0000:18:00.0", 0x18, 0, sriov_vfs=0, total_vfs=0)
+    netdev = dataclasses.replace(pf.netdevs[0], name=HOST_IF)
+    rdma = tuple(dataclasses.replace(r, netdev=HOST_IF) for r in pf.rdma)
+    pf = dataclasses.replace(pf, netdevs=(netdev,), rdma=rdma, sriov=None)
+    spec = MachineSpec(
+        name="one-ainic",
+        description="one Pollara PF whose netdev is a real veth end",
+        cpu=get_profile("minimal-1s").cpu,
+        pci_roots=(PciRootSpec(bus=0x18, numa_node=0, children=(pf,)),),
+    )
+    sim = build_sim_node(spec, state / "root", node_name=NODE)
+    out: dict[str, Any] = {}
+    config = {"plugins": {"amd_ainic": {}}}
+    with run_node(config, sim, state_dir=state / "node") as running:
+        node = AinicNode(sim.root, running, None)
+        ref = node.add("c1", [("nic", "ainic-0", None)], [nic_config(interface=MOVE)])
+        out["prepare_error"] = node.prepare(ref)[ref.uid].error
+        (dev,) = node.prepared(ref)
+        out["prepared_network_data"] = dev.network_data.to_api() if dev.network_data else None
+        with pod_netns() as (_, path):
+            got = node.host.pod_sandbox_start("amd_ainic", sandbox(path), ref.uid, [dev])
+            out["started"] = [d.network_data.to_api() for d in got or [] if d.network_data]
+            out["pod"] = sorted(links(path))
+            node.host.pod_sandbox_stop("amd_ainic", sandbox(path), ref.uid, [dev])
+            out["pod_after_stop"] = sorted(links(path))
+            out["host_after_stop"] = links(None).get(HOST_IF)
+            node.host.pod_sandbox_start("amd_ainic", sandbox(path), ref.uid, [dev])
+            out["unprepare_error"] = node.unprepare(ref)[ref.uid].error
+            out["pod_after_unprepare"] = sorted(links(path))
+            out["host_after_unprepare"] = links(None).get(HOST_IF)
+    return out
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "through-the-host": through_the_host,
     "move-and-back": move_and_back,
     "refusals": refusals,
     "netns-dies": netns_dies,

@@ -127,3 +127,24 @@ def test_kill_9_at_every_step_then_a_restart_loses_nothing(tmp_path: Path) -> No
         assert seen["final_journal"] == {}, point
         assert seen["final_pod"] == ["lo"], point
         assert host_view(seen["host"]) == HOST, point
+
+
+def test_the_hooks_move_a_prepared_claims_netdev_and_unprepare_brings_it_back(
+    tmp_path: Path,
+) -> None:
+    out = run("through-the-host", tmp_path)
+    assert out["prepare_error"] == ""
+    assert out["prepared_network_data"]["interfaceName"] == "drkh0"  # in the host, at prepare
+    assert out["started"] == [
+        {
+            "interfaceName": "net1",
+            "hardwareAddress": out["host_after_stop"]["mac"],
+            "ips": ["10.1.2.3/24", "fd00::3/64"],
+        }
+    ]
+    assert out["pod"] == ["lo", "net1"]
+    assert out["pod_after_stop"] == ["lo"]
+    assert host_view(out["host_after_stop"]) == HOST
+    assert out["unprepare_error"] == ""
+    assert out["pod_after_unprepare"] == ["lo"], "unprepare takes the netdev back from the pod"
+    assert host_view(out["host_after_unprepare"]) == HOST
