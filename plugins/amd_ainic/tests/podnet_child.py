@@ -263,7 +263,6 @@ def through_the_host(state: Path) -> dict[str, Any]:
 
     sys.path.insert(0, str(Path(__file__).parent))
     from conftest import NODE, AinicNode, nic_config  # type: ignore[import-not-found]  # noqa: PLC0415
-
     from drakit.sim import MachineSpec, PciRootSpec, get_profile  # noqa: PLC0415
     from drakit.testing import build_sim_node, run_node  # noqa: PLC0415
     from drakit_amd_ainic.sim import pollara  # noqa: PLC0415

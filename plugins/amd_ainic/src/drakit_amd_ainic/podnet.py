@@ -232,7 +232,9 @@ class PodNetwork:
         return out
 
     def stop(self, sandbox: PodSandboxView | None, claim_uid: str) -> None:
-        """Move the claim's netdevs back from ``sandbox`` (``None``: from any sandbox).
+        """Move the claim's netdevs back from ``sandbox`` (``None`` or no id: from any sandbox).
+
+        Core sends a sandbox without an id at NRI Synchronize for a pod whose sandbox is gone.
 
         Tolerant: a netdev already back, or a namespace that is gone, is no error; a netdev
         whose return fails is logged and left in the journal for the next :meth:`recover`.
@@ -242,8 +244,8 @@ class PodNetwork:
             for entry in list(self.journal.load().values()):
                 if entry.claim != claim_uid:
                     continue
-                if sandbox is not None and entry.sandbox != sandbox.id:
-                    continue
+                if sandbox is not None and sandbox.id and entry.sandbox != sandbox.id:
+                    continue  # another pod's sandbox (an empty id: the pod's sandbox is gone)
                 self._return_quietly(entry)
 
     def recover(self) -> None:
