@@ -28,6 +28,8 @@ from tests.helmchart import (
     one,
 )
 
+from drakit.host.settings import NriSettings
+
 # The first test may build helm on a cold cache (make test builds it beforehand).
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("clean_drakit_env")]
 
@@ -458,3 +460,23 @@ def test_locked_in_shares_from_values(
     exprs = {n: [s["cel"]["expression"] for s in spec["selectors"]] for n, spec in got.items()}
     assert any('["cpu-share"]' in e for e in exprs["cpu-share"])
     assert any('["cpu-group","cpu"]' in e for e in exprs["cpu"])  # the groups, not the shares
+
+
+def test_nri_mounts_the_runtimes_socket_directory_only_when_enabled(helm: Helm) -> None:
+    """With config.nri.enabled the node driver reaches the runtime's NRI socket (docs/nri.md)."""
+    off = one(helm.template(), "DaemonSet")["spec"]["template"]["spec"]
+    assert "nri" not in {v["name"] for v in off["volumes"]}
+    objects = helm.template({"config": {"nri": {"enabled": True, "socket": "/run/nri/x.sock"}}})
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "nri"]
+    assert volume["hostPath"] == {"path": "/run/nri", "type": "Directory"}
+    [mount] = [m for m in node_container(objects)["volumeMounts"] if m["name"] == "nri"]
+    assert mount["mountPath"] == "/run/nri"
+    nri = drakit_yaml(objects)["nri"]
+    assert nri == {
+        "enabled": True,
+        "socket": "/run/nri/x.sock",
+        "fail_closed": True,
+        "memory_nodes": False,
+    }
+    assert NriSettings.model_validate(nri).socket == Path("/run/nri/x.sock")

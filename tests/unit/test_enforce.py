@@ -7,7 +7,7 @@ mounts among the container's mounts).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,11 +17,13 @@ from drakit.enforce import Enforcer, Wanted, guard_mount, merge_answers
 from drakit.enforce.merge import GUARD_DIR, adjustment, guard_mounts, needs_update, update
 from drakit.enforce.views import DeviceIndex, Holding, cdi_names, container_view, sandbox_view
 from drakit.errors import PermanentError
+from drakit.hookspecs import hookimpl
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
-from drakit.models import ContainerResources, PreparedDevice
+from drakit.models import ContainerResources, NetworkData, PodSandboxView, PreparedDevice
 from drakit.nri import api
+from drakit.prepare.claims import reserved_pods
 
 DRIVER = "cpu.drakit.io"
 KIND = f"k8s.{DRIVER}/claim"
@@ -227,3 +229,88 @@ def test_reconcile_needs_a_connection_and_a_claim_error_fails_the_creation(
         pod=_pod(), container=_container("c1", [f"{KIND}=u1-numa-0"])
     )
     assert not enforcer2.create_container(request).adjust.HasField("linux")
+
+
+# -- pod sandbox hooks ---------------------------------------------------------------------------
+
+
+class NetnsPlugin:
+    """A backend moving something into the pod's network namespace (records what it was asked)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str | None, tuple[str, ...]]] = []
+        self.refuse = False
+
+    @hookimpl
+    def drakit_pod_sandbox_start(
+        self, sandbox: PodSandboxView, claim_uid: str, devices: Sequence[PreparedDevice]
+    ) -> list[PreparedDevice]:
+        if self.refuse:
+            raise PermanentError("the VF is gone")
+        self.calls.append(("start", claim_uid, sandbox.netns, tuple(d.device for d in devices)))
+        data = NetworkData(interface_name="net1")
+        return [d.model_copy(update={"network_data": data}) for d in devices]
+
+    @hookimpl
+    def drakit_pod_sandbox_stop(
+        self, sandbox: PodSandboxView, claim_uid: str, devices: Sequence[PreparedDevice]
+    ) -> bool:
+        self.calls.append(("stop", claim_uid, sandbox.netns, tuple(d.device for d in devices)))
+        return True
+
+
+def test_sandbox_hooks_get_the_pods_claims_and_their_network_data_is_recorded() -> None:
+    plugin = NetnsPlugin()
+    with open_host(DrakitSettings(profile="minimal-1s", plugins={"cpu": {}})) as host:
+        host.registry.register("netns-test", plugin)
+        vf = PreparedDevice(request="nic", pool="node", device="vf-3")
+        index = DeviceIndex(
+            plugins={"nic.drakit.io": ["netns-test"]},
+            pods={"uid-p": [("nic.drakit.io", "claim-1")]},
+            claim_devices={("nic.drakit.io", "claim-1"): {"netns-test": [vf]}},
+        )
+        recorded: list[tuple[str, str, str, list[str | None]]] = []
+        enforcer = Enforcer(
+            host,
+            lambda: index,
+            memory_nodes=False,
+            network_data=lambda drv, uid, plg, devs: recorded.append(
+                (
+                    drv,
+                    uid,
+                    plg,
+                    [d.network_data.interface_name if d.network_data else None for d in devs],
+                )
+            ),
+        )
+        enforcer.run_pod_sandbox(api.RunPodSandboxRequest(pod=_pod()))
+        other = api.PodSandbox(id="sb-o", uid="uid-o", name="o", namespace="ns")
+        enforcer.run_pod_sandbox(api.RunPodSandboxRequest(pod=other))  # no claims: no call
+        assert plugin.calls == [("start", "claim-1", "/var/run/netns/cni-1", ("vf-3",))]
+        assert recorded == [("nic.drakit.io", "claim-1", "netns-test", ["net1"])]
+
+        enforcer.stop_pod_sandbox(api.StopPodSandboxRequest(pod=_pod()))
+        # the sandbox vanished while drakit was away: Synchronize undoes the claim's setup
+        enforcer.synchronize([other], [])
+        assert plugin.calls[1:] == [
+            ("stop", "claim-1", "/var/run/netns/cni-1", ("vf-3",)),
+            ("stop", "claim-1", None, ("vf-3",)),
+        ]
+
+        plugin.refuse = True  # an error fails the sandbox's creation, with its message
+        with pytest.raises(PermanentError, match="the VF is gone"):
+            enforcer.run_pod_sandbox(api.RunPodSandboxRequest(pod=_pod()))
+
+
+def test_reserved_pods_are_the_pod_uids_of_status_reserved_for() -> None:
+    claim = {
+        "status": {
+            "reservedFor": [
+                {"resource": "pods", "name": "b", "uid": "u2"},
+                {"resource": "pods", "name": "a", "uid": "u1"},
+                {"apiGroup": "x.io", "resource": "jobs", "name": "j", "uid": "u3"},
+            ]
+        }
+    }
+    assert reserved_pods(claim) == ("u1", "u2")
+    assert reserved_pods({}) == ()

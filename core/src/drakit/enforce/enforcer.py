@@ -25,10 +25,16 @@ from drakit.enforce.merge import (
     needs_update,
     update,
 )
-from drakit.enforce.views import DeviceIndex, container_view
+from drakit.enforce.views import DeviceIndex, container_view, sandbox_view
 from drakit.errors import DrakitError
 from drakit.host.pluginhost import PluginHost
-from drakit.models import ContainerResources, ContainerView
+from drakit.models import (
+    ContainerResources,
+    ContainerView,
+    PodRef,
+    PodSandboxView,
+    PreparedDevice,
+)
 from drakit.nri import Handlers, NRIError, Plugin, api
 
 __all__ = ["Enforcer", "NriState"]
@@ -36,6 +42,8 @@ __all__ = ["Enforcer", "NriState"]
 log = logging.getLogger(__name__)
 
 HOOK = "drakit_container_resources"
+START, STOP = "drakit_pod_sandbox_start", "drakit_pod_sandbox_stop"
+NetworkDataSink = Callable[[str, str, str, Sequence[PreparedDevice]], None]
 _LIVE = frozenset({api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED})
 
 
@@ -61,12 +69,20 @@ class Enforcer(Handlers):
         host: the plugin host (the hooks).
         index: returns what every driver holds now (read from the checkpoints).
         memory_nodes: apply the plugins' memory nodes (``cpuset.mems``) too.
+        network_data: records what ``drakit_pod_sandbox_start`` returned
+            (``driver, claim uid, plugin, devices``) and writes it to the claim.
     """
 
     def __init__(
-        self, host: PluginHost, index: Callable[[], DeviceIndex], *, memory_nodes: bool
+        self,
+        host: PluginHost,
+        index: Callable[[], DeviceIndex],
+        *,
+        memory_nodes: bool,
+        network_data: NetworkDataSink | None = None,
     ) -> None:
         self.host = host
+        self.network_data = network_data
         self.index = index
         self.memory_nodes = memory_nodes
         self.plugin: Plugin | None = None
@@ -148,6 +164,10 @@ class Enforcer(Handlers):
         """Set every existing container right (those created while drakit was away too)."""
         index = self.index()
         updates: list[api.ContainerUpdate] = []
+        alive = {p.uid for p in pods}
+        for uid in sorted(index.pods.keys() - alive):  # sandboxes gone while drakit was away
+            gone = PodSandboxView(id="", pod=PodRef(uid=uid, namespace="", name=""))
+            self._stop_sandbox(gone)
         with self._lock:
             self._pods = {p.id: p for p in pods}
             self._known = {}
@@ -167,18 +187,60 @@ class Enforcer(Handlers):
         return updates
 
     def run_pod_sandbox(self, request: api.RunPodSandboxRequest) -> None:
-        """Remember the pod (its name for the logs and the hooks)."""
+        """Remember the pod; ``drakit_pod_sandbox_start`` for each claim (an error fails it)."""
         with self._lock:
             self._pods[request.pod.id] = request.pod
+        sandbox = sandbox_view(request.pod)
+        index = self.index()
+        for driver, claim_uid, plugin, devices in self._sandbox_calls(index, sandbox, START):
+            got = self.host.pod_sandbox_start(plugin, sandbox, claim_uid, devices)
+            log.info("NRI: pod %s: %s set up claim %s", _pod(sandbox), plugin, claim_uid)
+            if got is not None and self.network_data is not None:
+                self.network_data(driver, claim_uid, plugin, got)
+
+    def stop_pod_sandbox(self, request: api.StopPodSandboxRequest) -> None:
+        """``drakit_pod_sandbox_stop`` for each claim of the pod (errors are logged)."""
+        self._stop_sandbox(sandbox_view(request.pod))
 
     def remove_pod_sandbox(self, request: api.RemovePodSandboxRequest) -> None:
-        """Forget the pod."""
+        """``drakit_pod_sandbox_stop`` again (idempotent), then forget the pod."""
+        self._stop_sandbox(sandbox_view(request.pod))
         with self._lock:
             self._pods.pop(request.pod.id, None)
+
+    def _sandbox_calls(
+        self, index: DeviceIndex, sandbox: PodSandboxView, hook: str
+    ) -> list[tuple[str, str, str, Sequence[PreparedDevice]]]:
+        """``(driver, claim uid, plugin, devices)`` per plugin of the pod's claims with ``hook``."""
+        out = []
+        for driver, claim_uid in index.pods.get(sandbox.pod.uid, ()):
+            for plugin, devices in index.claim_devices.get((driver, claim_uid), {}).items():
+                if devices and hook in self.host.hook_implementations(plugin):
+                    out.append((driver, claim_uid, plugin, devices))
+        return out
+
+    def _stop_sandbox(self, sandbox: PodSandboxView) -> None:
+        for _, claim_uid, plugin, devices in self._sandbox_calls(self.index(), sandbox, STOP):
+            try:
+                self.host.pod_sandbox_stop(plugin, sandbox, claim_uid, devices)
+            except DrakitError as e:
+                log.error(
+                    "NRI: pod %s: %s could not undo claim %s: %s",
+                    _pod(sandbox),
+                    plugin,
+                    claim_uid,
+                    e,
+                )
 
     def create_container(self, request: api.CreateContainerRequest) -> api.CreateContainerResponse:
         """The merged cpuset, and the fail-closed guard mounts removed."""
         view = container_view(request.pod, request.container)
+        log.debug(
+            "NRI: CreateContainer %s: CDI_devices [%s], CDI annotations %s",
+            _name(view),
+            ", ".join(d.name for d in request.container.CDI_devices),
+            sorted(k for k in request.container.annotations if k.startswith("cdi.k8s.io/")),
+        )
         wanted = self.wanted(view, self.index())  # an error fails the creation, with its message
         guards = guard_mounts(request.container.mounts)
         with self._lock:
@@ -251,6 +313,11 @@ class Enforcer(Handlers):
                 except DrakitError:
                     log.exception("NRI: reconciling containers failed")
             self._stop.wait(0.05)  # prepares come in bursts: one pass for a burst
+
+
+def _pod(sandbox: PodSandboxView) -> str:
+    pod = sandbox.pod
+    return f"{pod.namespace}/{pod.name}" if pod.name else f"uid {pod.uid}"
 
 
 def _name(view: ContainerView) -> str:

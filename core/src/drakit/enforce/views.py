@@ -71,11 +71,17 @@ class DeviceIndex:
         by_cdi: fully qualified CDI device name -> the prepared device it stands for.
         held: ``(driver, plugin)`` -> every device the plugin holds (adminAccess ones left out).
         plugins: driver -> its plugins, in configuration order.
+        pods: pod UID -> the ``(driver, claim uid)`` of its claims (``status.reservedFor``).
+        claim_devices: ``(driver, claim uid)`` -> plugin -> what it prepared for the claim.
     """
 
     by_cdi: Mapping[str, Holding] = field(default_factory=dict)
     held: Mapping[tuple[str, str], Sequence[PreparedDevice]] = field(default_factory=dict)
     plugins: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    pods: Mapping[str, Sequence[tuple[str, str]]] = field(default_factory=dict)
+    claim_devices: Mapping[tuple[str, str], Mapping[str, Sequence[PreparedDevice]]] = field(
+        default_factory=dict
+    )
 
     def devices(self, driver: str, plugin: str, names: Iterable[str]) -> list[PreparedDevice]:
         """``plugin``'s devices among the CDI ``names`` (one entry per device, in order)."""

@@ -270,9 +270,15 @@ class Node:
         host = self._the_host()
         by_cdi: dict[str, Holding] = {}
         held: dict[tuple[str, str], list[PreparedDevice]] = {}
+        pods: dict[str, list[tuple[str, str]]] = {}
+        claim_devices: dict[tuple[str, str], dict[str, list[PreparedDevice]]] = {}
         plugins = {d: host.plugins_for_driver(d) for d in self.states}
         for driver, state in self.states.items():
             for uid, rec in state.prepared_claims().items():
+                if rec.phase == ClaimPhase.PREPARE_COMPLETED:
+                    claim_devices[(driver, uid)] = rec.prepared
+                    for pod in rec.reserved_for:
+                        pods.setdefault(pod, []).append((driver, uid))
                 admin = set(rec.admin_requests)
                 for plugin, devices in rec.prepared.items():
                     mine = held.setdefault((driver, plugin), [])
@@ -284,7 +290,14 @@ class Node:
                             if p.request in r.requests and (p.pool, p.device) == (r.pool, r.device):
                                 for cdi in r.cdi_device_ids:
                                     by_cdi[cdi] = Holding(driver, plugin, uid, p)
-        return DeviceIndex(by_cdi=by_cdi, held=held, plugins=plugins)
+        return DeviceIndex(
+            by_cdi=by_cdi, held=held, plugins=plugins, pods=pods, claim_devices=claim_devices
+        )
+
+    def _network_data(
+        self, driver: str, claim_uid: str, plugin: str, devices: Sequence[PreparedDevice]
+    ) -> None:
+        self.states[driver].record_network_data(claim_uid, plugin, devices)
 
     def _run_publisher(self) -> None:
         if self.publisher is not None:

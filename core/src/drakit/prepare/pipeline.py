@@ -219,6 +219,7 @@ class DriverState:
         # fail closed through NRI: a mount per CDI device that only drakit's NRI plugin removes
         self.guard = guard
         self.on_change: Callable[[], None] | None = None
+        self._reserved_changed = False
         """Called after a prepare or unprepare call that changed what the driver holds."""
 
     def _workers(self) -> ThreadPoolExecutor:
@@ -358,8 +359,11 @@ class DriverState:
         try:
             cp = self.store.load()
             self._sweep_metadata(cp)
+            self._reserved_changed = False
             todo = self._admit(cp, plans, out, snap)
             if not todo:
+                if self._reserved_changed:
+                    self.store.save(cp)
                 return out
         except DrakitError as e:  # the checkpoint cannot be read or written: retryable
             return out | self._failed(plans, e, out)
@@ -416,6 +420,10 @@ class DriverState:
                 and not rec.recovered
                 and self.cdi.exists(ref.uid)
             ):
+                pods = sorted(set(rec.reserved_for) | set(plan.reserved_for))
+                if pods != rec.reserved_for:  # another pod shares the claim: remember it
+                    cp.claims[ref.uid] = rec.model_copy(update={"reserved_for": pods})
+                    self._reserved_changed = True
                 out[ref.uid] = ClaimPrepareResult(devices=rec.results)  # idempotent repeat
                 self._write_device_status(rec, plan.status)  # e.g. lost in a crash
                 continue
@@ -445,6 +453,7 @@ class DriverState:
                 # members write it (each member durably, with what it returned), and what an
                 # earlier record held (a reboot's demoted claim) stays on it
                 prepared={p: [] for p in plan.owners} | (rec.prepared if rec is not None else {}),
+                reserved_for=sorted(set(plan.reserved_for) | set(rec.reserved_for if rec else ())),
             )
             todo.append(plan)
         return todo
@@ -657,6 +666,36 @@ class DriverState:
         self._status.submit(
             StatusJob(namespace=rec.namespace, name=rec.name, uid=rec.uid, devices=tuple(entries))
         )
+        return True
+
+    def record_network_data(
+        self, claim_uid: str, plugin: str, devices: Sequence[PreparedDevice]
+    ) -> bool:
+        """Record ``plugin``'s new ``network_data`` for a claim's devices and write it to the claim.
+
+        Called by the NRI plugin after ``drakit_pod_sandbox_start`` (the netdev's name inside
+        the pod). Only ``network_data`` of devices the record has is taken. Returns whether the
+        record changed.
+        """
+        new = {(d.request, d.pool, d.device): d.network_data for d in devices}
+        with self._serialized():
+            cp = self.store.load()
+            rec = cp.claims.get(claim_uid)
+            if rec is None or plugin not in rec.prepared:
+                return False
+            mine = [
+                p.model_copy(update={"network_data": new[(p.request, p.pool, p.device)]})
+                if (p.request, p.pool, p.device) in new
+                else p
+                for p in rec.prepared[plugin]
+            ]
+            if mine == rec.prepared[plugin]:
+                return False
+            rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: mine}})
+            cp.claims[claim_uid] = rec
+            self.store.save(cp)
+        if rec.phase == ClaimPhase.PREPARE_COMPLETED and rec.name and rec.namespace:
+            self._write_device_status(rec, None)
         return True
 
     def resume_device_status(self) -> int:
