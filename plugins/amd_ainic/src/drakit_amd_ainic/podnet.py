@@ -65,7 +65,7 @@ def _crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-Phase = Literal["moving-in", "configuring", "in", "moving-out", "restoring"]
+Phase = Literal["moving-in", "in", "moving-out"]
 
 
 class Move(BaseModel):
@@ -274,7 +274,7 @@ class PodNetwork:
                 )
 
     def _recover_one(self, entry: Move) -> None:
-        if entry.phase in ("moving-out", "restoring"):
+        if entry.phase == "moving-out":
             self._return(entry)
             return
         ns = self._open(entry)
@@ -399,8 +399,9 @@ class PodNetwork:
                     )
                 if there.name != entry.pod_name:  # moved, and the rename did not happen
                     self.mover.rename(ns, there.index, entry.pod_name)
-            entry = entry.model_copy(update={"phase": "configuring"})
-            self.journal.put(entry)
+        # no journal write between the move and "in": a restart that finds "moving-in" looks in
+        # the host and then in the pod, and configuring again is harmless (each write costs two
+        # fsyncs, and all of this runs inside the runtime's 2 s NRI request timeout)
         try:
             info = self.mover.configure(
                 ns,
@@ -432,19 +433,16 @@ class PodNetwork:
 
     def _return(self, entry: Move) -> None:
         """Take ``entry`` back to the host, under its host name and settings; drop it."""
-        if entry.phase not in ("moving-out", "restoring"):
+        if entry.phase != "moving-out":
             entry = entry.model_copy(update={"phase": "moving-out"})
             self.journal.put(entry)
-        if entry.phase == "moving-out":
-            ns = self._open(entry)
-            if ns is not None:
-                with ns:
-                    link = self.mover.find(ns, [entry.pod_name, entry.host_name], entry.mac)
-                    if link is not None:
-                        self._move_home(ns, link, entry)
-                        _crash_point("netdev-after-move-out")
-            entry = entry.model_copy(update={"phase": "restoring"})
-            self.journal.put(entry)
+        ns = self._open(entry)
+        if ns is not None:  # still in the pod, unless a kill came after the move out
+            with ns:
+                link = self.mover.find(ns, [entry.pod_name, entry.host_name], entry.mac)
+                if link is not None:
+                    self._move_home(ns, link, entry)
+                    _crash_point("netdev-after-move-out")
         # in the host: under its host name, or as the kernel brought it back from a dead
         # namespace (its pod name, or dev<ifindex> where the host has that name)
         names = [entry.host_name, entry.pod_name, f"dev{entry.index}"]
