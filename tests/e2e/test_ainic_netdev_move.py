@@ -213,10 +213,11 @@ def test_the_claimed_netdev_is_in_the_pod_under_its_name_and_comes_back(
     assert _link(nic["host_if"]) is None, "the netdev left the host's namespace"
     (entry,) = _journal(nic["dirs"]).values()
     assert entry["phase"] == "in"
-    claim = pod_claim(cp, namespace, "moved")
-    (status,) = claim["status"]["devices"]
-    assert status["networkData"]["interfaceName"] == "net1"
-    assert status["networkData"]["ips"] == [ADDRESS]
+    # what the hook returned, as core recorded it to write into the claim's networkData
+    uid = pod_claim(cp, namespace, "moved")["metadata"]["uid"]
+    (recorded,) = nic["dirs"].checkpoint(DRIVER)[uid]["prepared"]["amd_ainic"]
+    assert recorded["network_data"]["interface_name"] == "net1"
+    assert recorded["network_data"]["ips"] == [ADDRESS]
     delete_pod(cp, namespace, "moved")
     _wait_back(nic)
 

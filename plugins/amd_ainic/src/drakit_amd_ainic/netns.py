@@ -116,10 +116,14 @@ class LinkInfo:
     """Its global (scope universe) addresses, CIDR."""
 
 
-def _iproute() -> Any:
+def _iproute_class() -> Any:
     from pyroute2 import IPRoute  # type: ignore[import-untyped]  # noqa: PLC0415
 
-    return IPRoute()
+    return IPRoute
+
+
+def _iproute() -> Any:
+    return _iproute_class()()
 
 
 def _netlink_error() -> type[Exception]:
@@ -159,8 +163,15 @@ class Mover:
     """The rtnetlink requests of a netdev move (needs CAP_NET_ADMIN in both namespaces).
 
     Stateless: every call opens its socket (moves are rare, at sandbox start and stop; a socket
-    costs well under a millisecond) in the namespace it works in.
+    costs well under a millisecond) in the namespace it works in. pyroute2 is imported when
+    the mover is made, at the backend's start: importing it takes about 0.35 s (several
+    seconds on a loaded machine), which must not fall inside the runtime's NRI request
+    timeout (2 s on containerd) of the first sandbox.
     """
+
+    def __init__(self) -> None:
+        _iproute_class()
+        _netlink_error()
 
     def run_in(self, ns: PodNetns | None, what: str, fn: Callable[[Any], T]) -> T:
         """``fn(ipr)`` with an ``IPRoute`` inside ``ns`` (``None``: this process's namespace).
@@ -216,13 +227,25 @@ class Mover:
         (the name of a netdev that left may be taken by another one).
         """
         wanted = [n for n in dict.fromkeys(names) if n]
+        netlink_error = _netlink_error()
+
+        def get(ipr: Any, **key: Any) -> Any:
+            try:  # one RTM_GETLINK by name or index, not a dump of every link
+                (msg,) = ipr.link("get", **key)
+            except netlink_error as e:
+                if getattr(e, "code", None) == errno.ENODEV:
+                    return None
+                raise
+            return msg
 
         def look(ipr: Any) -> LinkInfo | None:
-            links = {int(m["index"]): m for m in ipr.get_links()}
-            candidates = [m for m in links.values() if m.get("IFLA_IFNAME") in wanted]
-            if index is not None and index in links:
-                candidates.append(links[index])
-            for m in candidates:
+            keys: list[dict[str, Any]] = [{"ifname": n} for n in wanted]
+            if index is not None:
+                keys.append({"index": index})
+            for key in keys:
+                m = get(ipr, **key)
+                if m is None:
+                    continue
                 if mac is None or str(m.get("IFLA_ADDRESS", "")).lower() == mac.lower():
                     return _link_info(ipr, m, with_addresses=True)
             return None
