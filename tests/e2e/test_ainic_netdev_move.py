@@ -45,9 +45,11 @@ NIC_CONFIG = {
     "kind": "NicConfig",
     "interface": {"name": "net1", "mtu": POD_MTU, "addresses": [ADDRESS]},
 }
-# waits for the netdev (it arrives late after a crash), then shows what the pod has
+# waits (90 s at most) for the netdev to be there and up, which it is last (after a crash it
+# arrives unconfigured, and is configured when the restarted node recovers), then shows it
 SHOW = (
-    "i=0; while [ ! -e /sys/class/net/net1 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+    'i=0; while [ "$(cat /sys/class/net/net1/operstate 2>/dev/null)" != up ] && [ $i -lt 900 ]; '
+    "do sleep 0.1; i=$((i+1)); done; "
     "ls /sys/class/net; echo mtu=$(cat /sys/class/net/net1/mtu); "
     "echo state=$(cat /sys/class/net/net1/operstate); ip -o -4 addr show dev net1"
 )
@@ -111,7 +113,7 @@ def nic(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[str, 
         device_class = f"nic-move-{token}"
         create_device_class(control_plane, device_class, DRIVER)
 
-        def node(env: dict[str, str] | None = None) -> NodeProcess:
+        def node(env: dict[str, str] | None = None, *, fail_closed: bool = True) -> NodeProcess:
             return NodeProcess(
                 kubeconfig=control_plane.kubeconfig,
                 node_name=real_node.name,
@@ -126,7 +128,9 @@ def nic(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[str, 
                         "socket": str(real_node.nri_socket),
                         "plugin_name": "drakit-nic",
                         "plugin_index": "51",
-                    }
+                        "fail_closed": fail_closed,
+                    },
+                    "health": {"interval": 2},  # recovery runs at the health polls
                 },
                 wrap=real_node.nsenter_argv(),
             )
@@ -228,7 +232,9 @@ def test_kill_9_mid_move_then_restart_loses_nothing_and_leaves_nothing(
     cp = control_plane
     if "proc" in nic:
         nic.pop("proc").close()
-    crashed = nic["node"]({"DRAKIT_CRASH_AT": "netdev-after-move-in"}).start()
+    # fail closed off: the container starts while drakit is down (with it on, it would wait
+    # for drakit, and a restartPolicy Never pod would fail instead)
+    crashed = nic["node"]({"DRAKIT_CRASH_AT": "netdev-after-move-in"}, fail_closed=False).start()
     nic["proc"] = crashed
     crashed.wait_ready(timeout=90)
     _claim(cp, namespace, "nic", nic["class"])
@@ -260,7 +266,7 @@ def test_kill_9_mid_move_then_restart_loses_nothing_and_leaves_nothing(
     (entry,) = _journal(nic["dirs"]).values()
     assert entry["phase"] == "moving-in", entry  # the kill came after the move, before "in"
     crashed.close()
-    nic["proc"] = nic["node"]().start()
+    nic["proc"] = nic["node"](fail_closed=False).start()
     runner.join(timeout=200)
     if "error" in result:
         raise AssertionError(f"{result['error']}; events: {pod_events(cp, namespace, 'crash')}")
