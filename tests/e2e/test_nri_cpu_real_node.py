@@ -235,3 +235,25 @@ def test_without_fail_closed_a_claimed_container_starts_without_the_plugin(
         drakit.stop()
         drakit.nri_up(True)
         drakit.start()
+
+
+def test_the_plugin_reconnects_when_containerd_restarts(
+    control_plane: ControlPlane, real_node: RealNode, drakit: Drakit, namespace: str
+) -> None:
+    cp, node = control_plane, real_node
+    proc = drakit.proc
+    assert proc is not None
+    synced = proc.log().count("NRI: synchronized")
+    node.stop_process("containerd")
+    node.start_containerd()
+    wait_for(
+        lambda: proc.log().count("NRI: synchronized") > synced,
+        timeout=120,
+        what="drakit's NRI plugin to reconnect to the restarted containerd",
+    )
+    proc.wait_ready(timeout=60)
+    claim_template(cp, namespace, "cpu", drakit.cls)
+    _start(cp, node, namespace, "after", claim=True)
+    wait_for(lambda: _allowed(node, namespace, "after"), timeout=120, what="after to print")
+    assert _allowed(node, namespace, "after") == _claim_cpus(cp, drakit, namespace, "after")
+    delete_pod(cp, namespace, "after")

@@ -7,13 +7,14 @@ mounts among the container's mounts).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from drakit.cpuset import format_cpulist, parse_cpulist
-from drakit.enforce import Enforcer, Wanted, guard_mount, merge_answers
+from drakit.enforce import Enforcer, NriState, Wanted, guard_mount, merge_answers
 from drakit.enforce.merge import GUARD_DIR, adjustment, guard_mounts, needs_update, update
 from drakit.enforce.views import DeviceIndex, Holding, cdi_names, container_view, sandbox_view
 from drakit.errors import PermanentError
@@ -22,7 +23,7 @@ from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.models import ContainerResources, NetworkData, PodSandboxView, PreparedDevice
-from drakit.nri import api
+from drakit.nri import Plugin, api
 from drakit.prepare.claims import reserved_pods
 
 DRIVER = "cpu.drakit.io"
@@ -314,3 +315,36 @@ def test_reserved_pods_are_the_pod_uids_of_status_reserved_for() -> None:
     }
     assert reserved_pods(claim) == ("u1", "u2")
     assert reserved_pods({}) == ()
+
+
+def test_of_two_instances_on_a_node_only_the_lock_holder_connects(
+    host: PluginHost, tmp_path: Path
+) -> None:
+    """A rolling update runs two drakit nodes at once: the runtime would fail every container
+    both set the cpuset of, so the second waits in standby until the first stops."""
+    lock = tmp_path / "nri.lock"
+    socket = tmp_path / "nri.sock"  # absent: the holder keeps trying to connect
+
+    def enforcer() -> Enforcer:
+        e = Enforcer(host, DeviceIndex, memory_nodes=False, lock_path=lock)
+        handlers_plugin = Plugin(e, name="drakit", index="50", socket_path=socket)
+        e.start(handlers_plugin)
+        return e
+
+    first = enforcer()
+    wait = time.monotonic() + 10
+    while first.state() != NriState.ABSENT and time.monotonic() < wait:
+        time.sleep(0.05)
+    assert first.state() == NriState.ABSENT
+    second = enforcer()
+    try:
+        while second.state() != NriState.STANDBY and time.monotonic() < wait:
+            time.sleep(0.05)
+        assert second.state() == NriState.STANDBY
+        first.stop()
+        while second.state() != NriState.ABSENT and time.monotonic() < wait + 10:
+            time.sleep(0.05)
+        assert second.state() == NriState.ABSENT, "the lock did not pass to the second"
+    finally:
+        first.stop()
+        second.stop()

@@ -51,6 +51,8 @@ __all__ = [
     "DeviceTaint",
     "EnvEntry",
     "NetworkData",
+    "NodeAllocatableMapping",
+    "NodeAllocatableResource",
     "NodeInfo",
     "PodRef",
     "PodSandboxView",
@@ -324,6 +326,24 @@ class DeviceKey(_Frozen):
         return f"{self.driver}/{self.pool}/{self.device}"
 
 
+class NodeAllocatableMapping(_Frozen):
+    """How allocating a device counts against a node-allocatable resource (KEP-5517).
+
+    ``capacity_key``: the device's capacity whose consumed amount is counted (times
+    ``capacity_multiplier``); ``device_multiplier``: an amount counted per allocated device.
+    """
+
+    capacity_key: str | None = Field(default=None, alias="capacityKey", max_length=63)
+    capacity_multiplier: Quantity | None = Field(default=None, alias="capacityMultiplier")
+    device_multiplier: Quantity | None = Field(default=None, alias="deviceMultiplier")
+
+
+class NodeAllocatableResource(_Frozen):
+    """One ``Device.nodeAllocatableResources`` entry (alpha ``DRANodeAllocatableResources``)."""
+
+    mapping: NodeAllocatableMapping
+
+
 class Device(_Frozen):
     """A device as a plugin discovers it; rendered into a ResourceSlice by core.
 
@@ -339,6 +359,14 @@ class Device(_Frozen):
     taints: tuple[DeviceTaint, ...] = ()
     allow_multiple_allocations: bool | None = Field(default=None, alias="allowMultipleAllocations")
     pool: str | None = None
+    node_allocatable_resources: dict[str, NodeAllocatableResource] = Field(
+        default_factory=dict,
+        alias="nodeAllocatableResources",
+        description=(
+            "KEP-5517: the node-allocatable resources (cpu, memory) an allocation of this device "
+            "stands for, so the scheduler does not count them twice"
+        ),
+    )
 
     @model_validator(mode="wrap")
     @classmethod

@@ -10,11 +10,14 @@ and updated where its answer changed. See docs/nri.md.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from drakit.cpuset import format_cpulist
 from drakit.enforce.merge import (
@@ -36,6 +39,7 @@ from drakit.models import (
     PreparedDevice,
 )
 from drakit.nri import Handlers, NRIError, Plugin, api
+from drakit.statefiles import open_private
 
 __all__ = ["Enforcer", "NriState"]
 
@@ -54,6 +58,7 @@ class NriState(StrEnum):
     ABSENT = "absent"  # no NRI socket (the runtime has NRI off, or is not running)
     CONNECTING = "connecting"  # the socket is there; not registered and synchronized yet
     CONNECTED = "connected"
+    STANDBY = "standby"  # another drakit instance on the node holds NRI (a rolling update)
 
 
 @dataclass
@@ -71,6 +76,10 @@ class Enforcer(Handlers):
         memory_nodes: apply the plugins' memory nodes (``cpuset.mems``) too.
         network_data: records what ``drakit_pod_sandbox_start`` returned
             (``driver, claim uid, plugin, devices``) and writes it to the claim.
+        lock_path: a file locked while connected, so that of two instances on a node (a
+            rolling update) only one is registered: the runtime fails every container two
+            plugins set the cpuset of (``plugins "50-drakit" and "50-drakit" both tried to set
+            CPUSetCPUs``). The other waits in :attr:`NriState.STANDBY`.
     """
 
     def __init__(
@@ -80,9 +89,12 @@ class Enforcer(Handlers):
         *,
         memory_nodes: bool,
         network_data: NetworkDataSink | None = None,
+        lock_path: Path | None = None,
     ) -> None:
         self.host = host
         self.network_data = network_data
+        self.lock_path = lock_path
+        self._standby = False
         self.index = index
         self.memory_nodes = memory_nodes
         self.plugin: Plugin | None = None
@@ -98,11 +110,33 @@ class Enforcer(Handlers):
     def start(self, plugin: Plugin) -> None:
         """Run ``plugin`` (reconnecting with back-off) and the reconciler, each on a thread."""
         self.plugin = plugin
-        runner = threading.Thread(target=plugin.run, name="nri", daemon=True)
+        runner = threading.Thread(target=self._run, args=(plugin,), name="nri", daemon=True)
         runner.start()
         self._thread = threading.Thread(target=self._reconcile_loop, name="nri-sync", daemon=True)
         self._thread.start()
         self._runner = runner
+
+    def _run(self, plugin: Plugin) -> None:
+        """``plugin.run()`` while holding the node's NRI lock (waiting for it in standby)."""
+        if self.lock_path is None:
+            plugin.run()
+            return
+        fd = open_private(self.lock_path)
+        try:
+            while not self._stop.is_set():
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not self._standby:
+                        log.info("NRI: another drakit instance holds %s; waiting", self.lock_path)
+                    self._standby = True
+                    self._stop.wait(0.5)
+            self._standby = False
+            if not self._stop.is_set():
+                plugin.run()
+        finally:
+            os.close(fd)  # releases the lock
 
     def stop(self) -> None:
         """Disconnect and stop the threads."""
@@ -119,6 +153,8 @@ class Enforcer(Handlers):
         plugin = self.plugin
         if plugin is None:
             return NriState.DISABLED
+        if self._standby:
+            return NriState.STANDBY
         if plugin.connected and plugin.synchronized.is_set():
             return NriState.CONNECTED
         if not plugin.socket_path.exists():

@@ -247,7 +247,14 @@ class Node:
             with suppress(FileNotFoundError):
                 os.unlink(source)
                 log.warning("removed %s: it must not exist (the NRI fail-closed guard)", source)
-        self.enforcer = Enforcer(self._the_host(), self.device_index, memory_nodes=nri.memory_nodes)
+        self.enforcer = Enforcer(
+            self._the_host(),
+            self.device_index,
+            memory_nodes=nri.memory_nodes,
+            network_data=self._network_data,
+            # of two instances on the node (a rolling update) only one may be registered
+            lock_path=self.settings.state_dir / "nri.lock",
+        )
         plugin = Plugin(
             self.enforcer,
             name=nri.plugin_name,
@@ -361,7 +368,7 @@ class Node:
         if self.publisher is not None and not self.publisher.synced:
             why = self.publisher.last_error or "pending"
             return False, f"ResourceSlices not published: {why}"
-        nri = self.nri_state()
+        nri = self.nri_state()  # standby: the other instance of a rolling update serves NRI
         if self.settings.nri.fail_closed and nri in (NriState.ABSENT, NriState.CONNECTING):
             # fail closed: no container with a drakit claim can start until NRI is back
             return False, f"NRI plugin {nri.value} ({self.settings.nri.socket}); fail_closed is on"
