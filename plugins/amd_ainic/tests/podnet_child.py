@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -280,7 +281,7 @@ def through_the_host(state: Path) -> dict[str, Any]:
     )
     sim = build_sim_node(spec, state / "root", node_name=NODE)
     out: dict[str, Any] = {}
-    config = {"plugins": {"amd_ainic": {}}}
+    config: dict[str, Any] = {"plugins": {"amd_ainic": {}}}
     with run_node(config, sim, state_dir=state / "node") as running:
         node = AinicNode(sim.root, running, None)
         ref = node.add("c1", [("nic", "ainic-0", None)], [nic_config(interface=MOVE)])
@@ -291,6 +292,23 @@ def through_the_host(state: Path) -> dict[str, Any]:
             got = node.host.pod_sandbox_start("amd_ainic", sandbox(path), ref.uid, [dev])
             out["started"] = [d.network_data.to_api() for d in got or [] if d.network_data]
             out["pod"] = sorted(links(path))
+            # the host's sysfs no longer shows a moved netdev: the tree plays that, and a
+            # discovery round still publishes the PF as it was read before the move
+            fn_dir = (sim.root / "sys/bus/pci/devices/0000:18:00.0").resolve()
+            shutil.move(fn_dir / "net" / HOST_IF, state / "moved-netdev")
+            (sim.root / "sys/class/net" / HOST_IF).unlink()
+            plugin = node.plugin
+            inventory = plugin.drakit_discover_devices(plugin.ctx.node)
+            assert inventory is not None
+            (published,) = inventory.devices
+            out["published_while_moved"] = {
+                k: published.attributes[k].model_dump(exclude_none=True, by_alias=True)
+                for k in ("ifName", "pfName", "mtu")
+                if k in published.attributes
+            }
+            out["capacity_while_moved"] = sorted(published.capacity)
+            shutil.move(state / "moved-netdev", fn_dir / "net" / HOST_IF)
+            (sim.root / "sys/class/net" / HOST_IF).symlink_to(fn_dir / "net" / HOST_IF)
             node.host.pod_sandbox_stop("amd_ainic", sandbox(path), ref.uid, [dev])
             out["pod_after_stop"] = sorted(links(path))
             out["host_after_stop"] = links(None).get(HOST_IF)

@@ -143,6 +143,12 @@ def test_the_hooks_move_a_prepared_claims_netdev_and_unprepare_brings_it_back(
         }
     ]
     assert out["pod"] == ["lo", "net1"]
+    assert out["published_while_moved"] == {
+        "ifName": {"string": "drkh0"},
+        "pfName": {"string": "drkh0"},
+        "mtu": {"int": 9000},
+    }
+    assert out["capacity_while_moved"] == ["bandwidth", "queues"]
     assert out["pod_after_stop"] == ["lo"]
     assert host_view(out["host_after_stop"]) == HOST
     assert out["unprepare_error"] == ""

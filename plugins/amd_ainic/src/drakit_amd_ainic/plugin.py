@@ -33,7 +33,7 @@ from drakit.models import (
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import parse_nic_config
 from drakit_amd_ainic.devices import DiscoveryCache, Published, build_devices, with_counter_sets
-from drakit_amd_ainic.discovery import read_ainics
+from drakit_amd_ainic.discovery import NicFunction, read_ainics
 from drakit_amd_ainic.health import device_health
 from drakit_amd_ainic.ledger import Ledger
 from drakit_amd_ainic.netlink import netlink_for
@@ -81,6 +81,9 @@ class AmdAinicPlugin:
         self.podnet = PodNetwork(context.state, boot)
         self._view = _View(published={})
         self._cache = DiscoveryCache()
+        # functions as last read with their netdev in the host: a netdev moved into a pod is
+        # published as it was (build_devices' ``moved``)
+        self._host_seen: dict[str, NicFunction] = {}
 
     @property
     def published(self) -> Mapping[str, Published]:
@@ -94,9 +97,17 @@ class AmdAinicPlugin:
         if not nics:
             self._view = _View(published={})
             return None
+        moved = self.podnet.moved()
+        held = {bdf: fn for bdf, fn in self._host_seen.items() if bdf in moved}
         devices, published = build_devices(
-            nics, self.settings, Path(node.sysfs_root), self._cache, node.labels
+            nics, self.settings, Path(node.sysfs_root), self._cache, node.labels, held
         )
+        self._host_seen = held | {
+            fn.bdf: fn
+            for pub in published.values()
+            for fn in (pub.function, pub.nic.pf)
+            if fn.ifname is not None
+        }
         self._view = _View(published=published)
         if not self.ctx.shares_driver:
             # validated devices (thousands on a VF node): no second pass over each
