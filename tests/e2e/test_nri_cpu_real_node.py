@@ -257,3 +257,24 @@ def test_the_plugin_reconnects_when_containerd_restarts(
     wait_for(lambda: _allowed(node, namespace, "after"), timeout=120, what="after to print")
     assert _allowed(node, namespace, "after") == _claim_cpus(cp, drakit, namespace, "after")
     delete_pod(cp, namespace, "after")
+
+
+def test_during_a_rolling_update_one_instance_holds_nri_and_the_other_takes_over(
+    control_plane: ControlPlane, real_node: RealNode, drakit: Drakit, namespace: str
+) -> None:
+    cp, node = control_plane, real_node
+    old = drakit.proc
+    assert old is not None
+    new = drakit.start()  # a second instance beside the first: ready, in standby
+    try:
+        assert "NRI: another drakit instance holds" in new.log()
+        claim_template(cp, namespace, "cpu", drakit.cls)
+        _start(cp, node, namespace, "both", claim=True)  # one plugin answers: no conflict
+        wait_for(lambda: _allowed(node, namespace, "both"), timeout=120, what="both to print")
+        cpus = _claim_cpus(cp, drakit, namespace, "both")
+        assert _allowed(node, namespace, "both") == cpus
+        assert "NRI: synchronized" not in new.log()
+    finally:
+        old.close()
+    wait_for(lambda: "NRI: synchronized" in new.log(), timeout=60, what="the new one to take over")
+    delete_pod(cp, namespace, "both")

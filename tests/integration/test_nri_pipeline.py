@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.integration.claims import NODE, claim
 
-from drakit.enforce import GUARD_DIR, guard_mount
+from drakit.enforce.guard import GUARD_DIR, guard_mount
 from drakit.host.pluginhost import PluginHost
 from drakit.models import NetworkData
 from drakit.prepare.pipeline import DriverState

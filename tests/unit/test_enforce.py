@@ -14,9 +14,19 @@ from pathlib import Path
 import pytest
 
 from drakit.cpuset import format_cpulist, parse_cpulist
-from drakit.enforce import Enforcer, NriState, Wanted, guard_mount, merge_answers
-from drakit.enforce.merge import GUARD_DIR, adjustment, guard_mounts, needs_update, update
-from drakit.enforce.views import DeviceIndex, Holding, cdi_names, container_view, sandbox_view
+from drakit.enforce.enforcer import Enforcer
+from drakit.enforce.guard import GUARD_DIR, guard_mount
+from drakit.enforce.index import DeviceIndex, Holding
+from drakit.enforce.merge import (
+    Wanted,
+    adjustment,
+    guard_mounts,
+    merge_answers,
+    needs_update,
+    update,
+)
+from drakit.enforce.state import NriState
+from drakit.enforce.views import cdi_names, container_view, sandbox_view
 from drakit.errors import PermanentError
 from drakit.hookspecs import hookimpl
 from drakit.host.pluginhost import PluginHost

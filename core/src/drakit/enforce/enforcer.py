@@ -16,10 +16,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 from drakit.cpuset import format_cpulist
+from drakit.enforce.index import DeviceIndex
 from drakit.enforce.merge import (
     Wanted,
     adjustment,
@@ -28,7 +28,8 @@ from drakit.enforce.merge import (
     needs_update,
     update,
 )
-from drakit.enforce.views import DeviceIndex, container_view, sandbox_view
+from drakit.enforce.state import NriState
+from drakit.enforce.views import container_view, sandbox_view
 from drakit.errors import DrakitError
 from drakit.host.pluginhost import PluginHost
 from drakit.models import (
@@ -49,16 +50,6 @@ HOOK = "drakit_container_resources"
 START, STOP = "drakit_pod_sandbox_start", "drakit_pod_sandbox_stop"
 NetworkDataSink = Callable[[str, str, str, Sequence[PreparedDevice]], None]
 _LIVE = frozenset({api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED})
-
-
-class NriState(StrEnum):
-    """drakit's NRI plugin as ``/readyz`` reports it."""
-
-    DISABLED = "disabled"
-    ABSENT = "absent"  # no NRI socket (the runtime has NRI off, or is not running)
-    CONNECTING = "connecting"  # the socket is there; not registered and synchronized yet
-    CONNECTED = "connected"
-    STANDBY = "standby"  # another drakit instance on the node holds NRI (a rolling update)
 
 
 @dataclass

@@ -1,40 +1,27 @@
 """Plugins' cpuset answers merged into one, and turned into NRI adjustments and updates (pure).
 
-Also the fail-closed guard: a CDI mount whose source never exists, put into every device of a
-claim's CDI spec, which only drakit's NRI plugin removes at CreateContainer. A runtime that
-injects the spec but never asked drakit's plugin fails to start the container (the mount's
-source is missing), so a container with a drakit claim never runs unprocessed.
+The adjustment also removes the fail-closed guard mounts (``drakit.enforce.guard``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Final
 
 from drakit.cpuset import format_cpulist, parse_cpulist
+from drakit.enforce.guard import GUARD_DIR
 from drakit.errors import PermanentError
-from drakit.models import CdiMount, ContainerResources
+from drakit.models import ContainerResources
 from drakit.nri import api
 
 __all__ = [
-    "GUARD_DIR",
-    "GUARD_SOURCE",
     "Wanted",
     "adjustment",
-    "guard_mount",
     "guard_mounts",
     "merge_answers",
     "needs_update",
     "update",
 ]
-
-GUARD_DIR: Final = "/run/drakit/nri-guard"
-"""Where the fail-closed guard mounts land in a container (one per device: ``<dir>/<name>``)."""
-GUARD_SOURCE: Final = "drakit-nri-plugin-did-not-process-this-container"
-"""The guard's source file name (under the driver's state directory; it never exists), so the
-runtime's error names the reason."""
 
 
 @dataclass(frozen=True)
@@ -81,15 +68,6 @@ def _one(
             "to leave such containers alone"
         )
     return (plugin, value) if have is None else have
-
-
-def guard_mount(state_dir: Path, driver: str, device: str) -> CdiMount:
-    """The fail-closed guard mount for one CDI device of ``driver``."""
-    return CdiMount(
-        host_path=str(state_dir / driver / GUARD_SOURCE),
-        container_path=f"{GUARD_DIR}/{device}",
-        options=("ro", "nosuid", "nodev", "bind"),
-    )
 
 
 def guard_mounts(mounts: Iterable[api.Mount]) -> list[str]:

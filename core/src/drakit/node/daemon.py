@@ -27,8 +27,9 @@ from contextlib import ExitStack, suppress
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from drakit.enforce import Enforcer, NriState, guard_mount
-from drakit.enforce.views import DeviceIndex, Holding
+from drakit.enforce.guard import guard_mount
+from drakit.enforce.index import DeviceIndex, Holding
+from drakit.enforce.state import NriState
 from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.host.inventory import Inventory, InventorySnapshot
 from drakit.host.pluginhost import PluginHost
@@ -44,13 +45,13 @@ from drakit.node.health import (
     with_health_taints,
 )
 from drakit.node.metrics import Metrics, ProbeServer
-from drakit.nri import Plugin
 from drakit.prepare.checkpoint import ClaimPhase, read_boot_id
 from drakit.prepare.pipeline import ClaimSource, DriverState
 from drakit.publish.publisher import ResourceSlicePublisher
 from drakit.publish.render import PoolSpec
 
 if TYPE_CHECKING:
+    from drakit.enforce.enforcer import Enforcer  # NRI loads only with nri.enabled
     from drakit.kube import KubeClient  # the Kubernetes client loads only where a node has one
 
 __all__ = ["UNHEALTHY_TAINT", "Node"]
@@ -241,6 +242,9 @@ class Node:
 
     def _start_nri(self) -> None:
         """Drakit's NRI plugin: enforcement of the claims inside containers (docs/nri.md)."""
+        from drakit.enforce.enforcer import Enforcer  # noqa: PLC0415 - NRI only when enabled
+        from drakit.nri import Plugin  # noqa: PLC0415
+
         nri = self.settings.nri
         for driver in self.states:  # the guard's source must never exist
             source = guard_mount(self.settings.state_dir, driver, "x").host_path
