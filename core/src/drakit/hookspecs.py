@@ -27,9 +27,10 @@ Lifecycle, in order:
 6. ``drakit_device_health`` (collect), polled;
 7. ``drakit_shape_request`` (firstresult, by strategy), from the admission webhook and CLI;
 8. ``drakit_device_classes`` (routed), from ``drakit deviceclasses``;
-9. with NRI enabled (``nri.enabled``): ``drakit_pod_sandbox_start`` (routed) when a pod's
-   sandbox starts, ``drakit_container_resources`` (routed) when a container is created and
-   whenever held devices change, ``drakit_pod_sandbox_stop`` (routed) when the sandbox stops.
+9. ``drakit_node_labels`` (collect), after each discovery round of ``drakit node``;
+10. with NRI enabled (``nri.enabled``): ``drakit_pod_sandbox_start`` (routed) when a pod's
+    sandbox starts, ``drakit_container_resources`` (routed) when a container is created and
+    whenever held devices change, ``drakit_pod_sandbox_stop`` (routed) when the sandbox stops.
 """
 
 from __future__ import annotations
@@ -340,6 +341,34 @@ def drakit_device_classes(driver: str) -> Sequence[DeviceClassSpec] | None:
 
     Call mode: routed (each backend is asked alone, for its own driver) and firstresult.
     Pure.
+    """
+
+
+@hookspec
+def drakit_node_labels(
+    node: NodeInfo, devices: Mapping[DeviceKey, Device]
+) -> Mapping[str, str] | None:
+    """Node labels that describe where this node sits in the cluster's fabric (since 1.2).
+
+    Called after every discovery round of ``drakit node`` with the devices this plugin
+    discovered (not the others'). Core merges every backend's answer and keeps the Node's
+    labels under ``topology.drakit.io/`` equal to the result: it adds and changes what the
+    backends return, and removes every other label under that prefix (drakit owns the
+    prefix; no other label of the Node is touched). A topology-aware scheduler reads them:
+    kube-scheduler's PodGroup topology constraint and Kueue's ``Topology`` levels take a node
+    label key (``docs/multi-node.md``).
+
+    Args:
+        node: the node (``node.labels``: the Node's labels as read before this round).
+        devices: this plugin's devices of this round, by key.
+
+    Returns:
+        ``{label key: value}`` with keys under ``topology.drakit.io/`` and values that are
+        valid label values, or ``None`` for none. A key outside the prefix or an invalid value
+        is left out with a warning naming the plugin; two backends giving one key different
+        values leaves that key out (a warning names both).
+
+    Call mode: collect, each backend asked alone. Pure: core writes the labels.
     """
 
 

@@ -95,24 +95,28 @@ class Enforcer(Handlers):
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._runner: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self, plugin: Plugin) -> None:
         """Run ``plugin`` (reconnecting with back-off) and the reconciler, each on a thread."""
         self.plugin = plugin
-        runner = threading.Thread(target=self._run, args=(plugin,), name="nri", daemon=True)
-        runner.start()
+        self._runner = threading.Thread(target=self._run, args=(plugin,), name="nri", daemon=True)
+        self._runner.start()
         self._thread = threading.Thread(target=self._reconcile_loop, name="nri-sync", daemon=True)
         self._thread.start()
-        self._runner = runner
 
     def _run(self, plugin: Plugin) -> None:
         """``plugin.run()`` while holding the node's NRI lock (waiting for it in standby)."""
         if self.lock_path is None:
             plugin.run()
             return
-        fd = open_private(self.lock_path)
+        try:
+            fd = open_private(self.lock_path)
+        except DrakitError as e:
+            log.error("NRI: cannot open the lock %s, NRI stays off: %s", self.lock_path, e)
+            return
         try:
             while not self._stop.is_set():
                 try:
@@ -135,6 +139,7 @@ class Enforcer(Handlers):
         self._dirty.set()
         if self.plugin is not None:
             self.plugin.stop()
+        if self._runner is not None:
             self._runner.join(timeout=5)
         if self._thread is not None:
             self._thread.join(timeout=5)

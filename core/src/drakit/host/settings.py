@@ -192,6 +192,20 @@ class NriSettings(BaseModel):
     )
 
 
+class TopologyLabelSettings(BaseModel):
+    """The Node labels under ``topology.drakit.io/`` that ``drakit node`` keeps (multi-node.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        default=True, description="Keep the backends' topology.drakit.io/ labels on the Node"
+    )
+    remove_on_exit: bool = Field(
+        default=False,
+        description="Remove them when drakit node stops (default: kept, like the slices)",
+    )
+
+
 class DrakitSettings(BaseSettings):
     """The whole configuration of one drakit process."""
 
@@ -249,6 +263,7 @@ class DrakitSettings(BaseSettings):
     )
     health: HealthSettings = HealthSettings()
     metrics: MetricsSettings = MetricsSettings()
+    topology_labels: TopologyLabelSettings = TopologyLabelSettings()
     nri: NriSettings = NriSettings()
 
     known_plugins: ClassVar[tuple[str, ...]] = ()
