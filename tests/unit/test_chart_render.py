@@ -488,3 +488,33 @@ def test_nri_mounts_the_runtimes_socket_directory_only_when_enabled(helm: Helm) 
         "memory_nodes": False,
     }
     assert NriSettings.model_validate(nri).socket == Path("/run/nri/x.sock")
+
+
+def test_pod_network_namespaces_are_mounted_for_netdev_moves_only_with_nri_and_the_nic(
+    helm: Helm,
+) -> None:
+    """With NRI and the AINIC backend, the node driver opens the netns paths NRI reports."""
+
+    def netns(values: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        objects = helm.template(values)
+        pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+        volumes = [v for v in pod["volumes"] if v["name"] == "netns"]
+        mounts = [m for m in node_container(objects)["volumeMounts"] if m["name"] == "netns"]
+        return volumes, mounts
+
+    nic = {"backends": {"amd_ainic": {"enabled": True}}}
+    assert netns(nic) == ([], []), "without NRI nothing moves"
+    nri = {"config": {"nri": {"enabled": True}}}
+    assert netns(nri) == ([], []), "without a backend that moves netdevs"
+    volumes, mounts = netns({**nic, **nri})
+    assert volumes == [
+        {"name": "netns", "hostPath": {"path": "/var/run/netns", "type": "DirectoryOrCreate"}}
+    ]
+    assert mounts == [
+        {
+            "name": "netns",
+            "mountPath": "/var/run/netns",
+            "mountPropagation": "HostToContainer",
+            "readOnly": True,
+        }
+    ]

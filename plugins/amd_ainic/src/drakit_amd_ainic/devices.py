@@ -22,7 +22,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -360,12 +360,17 @@ def build_devices(
     root: Path,
     cache: DiscoveryCache | None = None,
     labels: Mapping[str, str] | None = None,
+    moved: Mapping[str, NicFunction] | None = None,
 ) -> tuple[list[Device], dict[str, Published]]:
     """The devices to publish and what each stands for (by device name).
 
     ``cache`` carries what the last round read and built (:class:`DiscoveryCache`); ``labels``
-    are the Node's (rails and fabrics a fabric manager wrote, :func:`label_identity`).
+    are the Node's (rails and fabrics a fabric manager wrote, :func:`label_identity`);
+    ``moved`` are functions whose netdev is in a pod's network namespace (BDF -> the function
+    as last read in the host): the host's sysfs does not show such a netdev, so the function is
+    published as it was read before the move, not without its netdev.
     """
+    moved = moved or {}
     cache = cache if cache is not None else DiscoveryCache()
     live_vfs: set[str] = set()
     chosen = modes(nics, settings)
@@ -381,11 +386,14 @@ def build_devices(
 
     def add(nic: Ainic) -> None:
         mode, limit = chosen[nic.pf.bdf]
+        if nic.pf.ifname is None and nic.pf.bdf in moved:
+            nic = replace(nic, pf=moved[nic.pf.bdf])
         rail, fabric = ident(nic)
         if mode == "none":
             return
         if mode == "vf":
             vfs = read_vfs(root, nic, cache=cache.sysfs)
+            vfs = tuple(moved.get(vf.bdf, vf) if vf.ifname is None else vf for vf in vfs)
             live_vfs.update(vf.bdf for vf in vfs)
             if not vfs:
                 log.warning(
