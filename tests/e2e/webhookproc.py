@@ -282,7 +282,7 @@ def webhook_configurations(
                 ],
                 "namespaceSelector": selector,
                 "failurePolicy": "Fail",
-                "sideEffects": "NoneOnDryRun",
+                "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
                 "timeoutSeconds": 10,
                 "reinvocationPolicy": "IfNeeded",
@@ -307,7 +307,7 @@ def webhook_configurations(
                 ],
                 "namespaceSelector": selector,
                 "failurePolicy": "Fail",
-                "sideEffects": "NoneOnDryRun",
+                "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
                 "timeoutSeconds": 10,
             }
