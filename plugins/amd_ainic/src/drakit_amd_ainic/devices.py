@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drakit.context import SkippedItems
 from drakit.errors import ConfigInvalid, PermanentError
 from drakit.models import (
     CounterConsumption,
@@ -116,13 +117,14 @@ _MAX_RAIL = 10**_MAX_RAIL_DIGITS - 1
 
 
 def label_identity(
-    settings: AmdAinicSettings, labels: Mapping[str, str]
+    settings: AmdAinicSettings, labels: Mapping[str, str], skipped: SkippedItems | None = None
 ) -> tuple[dict[str, int], dict[str, str], str | None]:
     """Rails and fabrics per ifName, and the node's fabric, from the Node's labels.
 
     ``<prefix>/rail.<ifName>=<rail>``, ``<prefix>/fabric.<ifName>=<fabric>`` and
     ``<prefix>/fabric=<fabric>`` (the prefix is ``plugins.amd_ainic.node_labels``). A label with
-    a bad value is skipped with a warning naming it: one bad label does not stop discovery.
+    a bad value is skipped with a warning naming it (and named in ``skipped``, reason
+    ``bad-value``): one bad label does not stop discovery.
     """
     rails: dict[str, int] = {}
     fabrics: dict[str, str] = {}
@@ -148,6 +150,15 @@ def label_identity(
                     value[:70],
                     _MAX_RAIL,
                 )
+                if skipped is not None:
+                    skipped.skip(
+                        "label",
+                        key,
+                        "bad-value",
+                        f"{value[:70]!r} is not a rail (a whole number from 0 to {_MAX_RAIL}); "
+                        f"the label is ignored and {ifname} published without a rail until "
+                        "the fabric manager writes one",
+                    )
         elif kind == "fabric" and dot and ifname and value:
             fabrics[ifname] = value
         elif kind == "fabric" and not dot and value:
@@ -156,7 +167,10 @@ def label_identity(
 
 
 def fabric_identity(
-    settings: AmdAinicSettings, root: Path, labels: Mapping[str, str] | None = None
+    settings: AmdAinicSettings,
+    root: Path,
+    labels: Mapping[str, str] | None = None,
+    skipped: SkippedItems | None = None,
 ) -> tuple[dict[str, int], dict[str, str], str | None]:
     """Rail and fabric per PF BDF or ifName, and the node's fabric.
 
@@ -191,7 +205,7 @@ def fabric_identity(
                     rails[key] = entry["rail"]
                 if isinstance(entry.get("fabric"), str):
                     fabrics[key] = entry["fabric"]
-    label_rails, label_fabrics, node_fabric = label_identity(settings, labels or {})
+    label_rails, label_fabrics, node_fabric = label_identity(settings, labels or {}, skipped)
     rails.update(label_rails)
     fabrics.update(label_fabrics)
     rails.update(settings.rails)
@@ -319,16 +333,18 @@ def build_devices(
     root: Path,
     cache: DiscoveryCache | None = None,
     labels: Mapping[str, str] | None = None,
+    skipped: SkippedItems | None = None,
 ) -> tuple[list[Device], dict[str, Published]]:
     """The devices to publish and what each stands for (by device name).
 
     ``cache`` carries what the last round read and built (:class:`DiscoveryCache`); ``labels``
-    are the Node's (rails and fabrics a fabric manager wrote, :func:`label_identity`).
+    are the Node's (rails and fabrics a fabric manager wrote, :func:`label_identity`);
+    ``skipped`` names each NIC and label left out.
     """
     cache = cache if cache is not None else DiscoveryCache()
     live_vfs: set[str] = set()
     chosen = modes(nics, settings)
-    rails, fabrics, node_fabric = fabric_identity(settings, root, labels)
+    rails, fabrics, node_fabric = fabric_identity(settings, root, labels, skipped)
     devices: list[Device] = []
     published: dict[str, Published] = {}
 
@@ -416,6 +432,13 @@ def build_devices(
             published.update(n_pub)
             why = " ".join(line.strip() for line in str(e).splitlines()[:2])
             log.warning("%s (%s) is not published: %s", nic.name, nic.pf.bdf, why)
+            if skipped is not None:
+                skipped.skip(
+                    "device",
+                    nic.name,
+                    "refused-attribute",
+                    f"{nic.pf.bdf} is not published: {why[:600]}",
+                )
     cache.end_round(live_vfs)
     return devices, published
 

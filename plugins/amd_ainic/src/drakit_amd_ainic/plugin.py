@@ -84,7 +84,7 @@ class AmdAinicPlugin:
             self._view = _View(published={})
             return None
         devices, published = build_devices(
-            nics, self.settings, Path(node.sysfs_root), self._cache, node.labels
+            nics, self.settings, Path(node.sysfs_root), self._cache, node.labels, self.ctx.skipped
         )
         self._view = _View(published=published)
         if not self.ctx.shares_driver:
