@@ -53,7 +53,8 @@ COMPONENT = "drakit-webhook"
 _RESOURCE = "/apis/resource.k8s.io/v1"
 _PODS = "/api/v1/pods"
 _SEEN = 4096
-"""Pods remembered as handled (their events recorded): a bounded, oldest-first memory."""
+"""Pods remembered as handled (templates made, events recorded): bounded, oldest forgotten
+first (a forgotten pod's next event costs a GET and finds its template owned already)."""
 _TRIES = 5
 
 
@@ -116,7 +117,8 @@ class TemplateController:
         self.api = api
         self.mutators = tuple(mutators)
         self.services = services
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: OrderedDict[str, None] = OrderedDict()  # pods whose events are recorded
+        self._handled: OrderedDict[str, None] = OrderedDict()  # pods whose templates are made
         self._lock = threading.Lock()
 
     # -- one pod ---------------------------------------------------------------------------
@@ -127,10 +129,13 @@ class TemplateController:
         namespace, name, uid = (str(meta.get(k) or "") for k in ("namespace", "name", "uid"))
         if not (namespace and name and uid) or meta.get("deletionTimestamp"):
             return []
+        with self._lock:
+            if uid in self._handled:  # a status update of a pod whose templates are made
+                return []
         owner = {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
-        involved = {**owner, "namespace": namespace}
         done: list[str] = []
         events: list[PodEvent] = []
+        complete = True
         for mutator in self.mutators:
             try:
                 needs = mutator.pod_needs(pod, self.services)
@@ -140,49 +145,68 @@ class TemplateController:
             if needs is None:
                 continue
             for template in needs.templates:
-                tname = str((template.get("metadata") or {}).get("name") or "")
-                try:
-                    if self._ensure(namespace, template, owner):
-                        done.append(tname)
-                    else:
-                        events.append(
-                            PodEvent(
-                                reason="ClaimTemplateNotMadeByDrakit",
-                                message=(
-                                    f"ResourceClaimTemplate {tname} in this namespace was not "
-                                    f"made by drakit (no {CREATED_LABEL}={CREATED_BY} label); "
-                                    "the pod's claim is made from it as it is. Delete it to "
-                                    "have drakit make the one the pod asks for."
-                                ),
-                            )
-                        )
-                except DrakitError as e:
-                    log.warning(
-                        "pod %s/%s: cannot make ResourceClaimTemplate %s: %s",
-                        namespace,
-                        name,
-                        tname,
-                        e,
-                    )
+                made = self._make(namespace, template, owner)
+                if made is None:
+                    complete = False  # tried again at the pod's next event or relist
+                elif isinstance(made, PodEvent):
+                    events.append(made)
+                else:
+                    done.append(made)
             events.extend(needs.events)
             break  # the first mutator that answers decides, as at admission
-        if events and self._first_time(uid):
-            for event in events:
-                try:
-                    self.api.create_event(
-                        involved, event.reason, event.message, event.type, component=COMPONENT
-                    )
-                except DrakitError as e:
-                    log.warning("pod %s/%s: cannot record %s: %s", namespace, name, event.reason, e)
+        if complete:
+            self._remember(self._handled, uid)
+        if events and self._remember(self._seen, uid):
+            self._record({**owner, "namespace": namespace}, events)
         return done
 
-    def _first_time(self, uid: str) -> bool:
+    def _record(self, involved: Mapping[str, str], events: Sequence[PodEvent]) -> None:
+        for event in events:
+            try:
+                self.api.create_event(
+                    involved, event.reason, event.message, event.type, component=COMPONENT
+                )
+            except DrakitError as e:
+                log.warning("pod %s: cannot record %s: %s", involved["name"], event.reason, e)
+
+    def _make(
+        self, namespace: str, template: Mapping[str, Any], owner: Mapping[str, str]
+    ) -> str | PodEvent | None:
+        """A template made or owned: its name.
+
+        The Event to record when a template of that name exists that drakit did not make;
+        ``None`` when the API server failed (logged).
+        """
+        tname = str((template.get("metadata") or {}).get("name") or "")
+        try:
+            if self._ensure(namespace, template, owner):
+                return tname
+        except DrakitError as e:
+            log.warning(
+                "pod %s/%s: cannot make ResourceClaimTemplate %s: %s",
+                namespace,
+                owner["name"],
+                tname,
+                e,
+            )
+            return None
+        return PodEvent(
+            reason="ClaimTemplateNotMadeByDrakit",
+            message=(
+                f"ResourceClaimTemplate {tname} in this namespace was not made by drakit (no "
+                f"{CREATED_LABEL}={CREATED_BY} label); the pod's claim is made from it as it is. "
+                "Delete it to have drakit make the one the pod asks for."
+            ),
+        )
+
+    def _remember(self, memory: OrderedDict[str, None], uid: str) -> bool:
+        """Add ``uid`` to a bounded memory; whether it was new."""
         with self._lock:
-            if uid in self._seen:
+            if uid in memory:
                 return False
-            self._seen[uid] = None
-            while len(self._seen) > _SEEN:
-                self._seen.popitem(last=False)
+            memory[uid] = None
+            while len(memory) > _SEEN:
+                memory.popitem(last=False)
             return True
 
     def _ensure(
