@@ -59,9 +59,14 @@ STANDIN_BINARY = "kubelet-standin"
 #: ``-h``). In 1.37.2 the core DRA features (consumable capacity,
 #: partitionable devices, device taints, binding conditions, prioritized list,
 #: admin access, extended resources) are already on by default; what remains is
-#: alpha/beta-off work. ``DRAWorkloadResourceClaims`` is left out on purpose: it
-#: needs ``GenericWorkload`` and the workload APIs.
+#: alpha/beta-off work. ``DRAWorkloadResourceClaims`` is left out on purpose (a pod
+#: claim that matches a PodGroup claim would then create no claim). ``GenericWorkload``
+#: (PodGroups, gang scheduling; beta, off) and ``TopologyAwareWorkloadScheduling``
+#: (a PodGroup's pods in one domain of a node label; alpha) are on for
+#: ``tests/e2e/test_multinode.py``; they change nothing for pods outside a PodGroup.
 WANTED_FEATURE_GATES = (
+    "GenericWorkload",
+    "TopologyAwareWorkloadScheduling",
     "DRAConsumableCapacity",
     "DRAPartitionableDevices",
     "DRADeviceTaints",
@@ -83,6 +88,9 @@ WANTED_FEATURE_GATES = (
 
 #: Alpha API versions served when any alpha DRA gate is enabled.
 ALPHA_RUNTIME_CONFIG = ("resource.k8s.io/v1alpha3=true",)
+
+#: API versions served when a gate in the key is enabled (beta APIs are off by default).
+GATED_RUNTIME_CONFIG = {"GenericWorkload": "scheduling.k8s.io/v1beta1=true"}
 
 CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "namespace-controller")
 
@@ -347,6 +355,7 @@ class ControlPlane:
             listed = listed_feature_gates(self.binary("kube-apiserver")) if gates else {}
             alpha = any(k in listed and v for k, v in gates.items())
             runtime_config = list(ALPHA_RUNTIME_CONFIG) if alpha else []
+            runtime_config += [v for k, v in GATED_RUNTIME_CONFIG.items() if gates.get(k)]
         self.report.feature_gates = gate_arg
         self.report.runtime_config = ",".join(runtime_config)
         gate_flags = [f"--feature-gates={gate_arg}"] if gate_arg else []

@@ -55,6 +55,8 @@ NOT_ENABLED_DRIVER = "gpu.amd.drakit.io"
 POLICY_NODE = "may only write ResourceSlices with spec.nodeName"
 POLICY_DRIVER = "may only write ResourceSlices of its drivers"
 POLICY_TOKEN = "must use a service-account token bound to its pod"
+POLICY_LABEL_NODE = "may only change the labels of Node"
+POLICY_LABEL_KEY = "may only change Node labels under topology.drakit.io/"
 
 #: Where each rendered kind lives in the API (path prefix, namespaced).
 API_PATHS = {
@@ -492,7 +494,11 @@ def test_token_without_a_pod_cannot_write_slices(release: Release, node_driver: 
         pytest.param("GET", "{r}/resourceclaims", None, id="list-claims"),
         pytest.param("GET", "/api/v1/namespaces/{ns}/secrets", None, id="list-secrets"),
         pytest.param("GET", "/api/v1/pods", None, id="list-pods"),
-        pytest.param("PATCH", "/api/v1/nodes/{node}", {"metadata": {}}, id="patch-node"),
+        pytest.param(
+            "PATCH", "/api/v1/nodes/{node}/status", {"metadata": {}}, id="patch-node-status"
+        ),
+        pytest.param("PUT", "/api/v1/nodes/{node}", {"metadata": {}}, id="update-node"),
+        pytest.param("DELETE", "/api/v1/nodes/{node}", None, id="delete-node"),
         pytest.param(
             "POST",
             "{r}/deviceclasses",
@@ -513,6 +519,56 @@ def test_node_driver_rbac_refuses(
     assert status == 403, reply
     assert reply["reason"] == "Forbidden"
     assert release.node_sa in reply["message"]
+
+
+def node_labels(release: Release, node: str) -> dict[str, str]:
+    labels: dict[str, str] = release.cp.api("GET", f"/api/v1/nodes/{node}")["metadata"]["labels"]
+    return labels
+
+
+def test_node_driver_keeps_only_its_own_nodes_topology_labels(
+    release: Release, node_driver: Caller
+) -> None:
+    """The label policy: its own Node, only ``topology.drakit.io/`` labels, nothing else."""
+    own, other = f"/api/v1/nodes/{release.node_a}", f"/api/v1/nodes/{release.node_b}"
+
+    def labels(values: dict[str, str | None]) -> dict[str, Any]:
+        return {"metadata": {"labels": values}}
+
+    wait_for(  # a dry run passes authorization and admission and stores nothing
+        lambda: refused(
+            node_driver("PATCH", f"{other}?dryRun=All", labels({"topology.drakit.io/x": "1"})),
+            POLICY_LABEL_NODE,
+        ),
+        timeout=60,
+        what="the node-labels admission policy to take effect",
+    )
+    status, reply = node_driver("PATCH", own, labels({"topology.drakit.io/fabric": "f1"}))
+    assert status == 200, reply
+    assert node_labels(release, release.node_a)["topology.drakit.io/fabric"] == "f1"
+    status, reply = node_driver("PATCH", own, labels({"topology.drakit.io/fabric": None}))
+    assert status == 200, reply
+    assert "topology.drakit.io/fabric" not in node_labels(release, release.node_a)
+    # another node's labels, another prefix, removing a label it does not own
+    assert refused(
+        node_driver("PATCH", other, labels({"topology.drakit.io/fabric": "f1"})), POLICY_LABEL_NODE
+    )
+    assert refused(node_driver("PATCH", own, labels({"team": "x"})), POLICY_LABEL_KEY)
+    assert refused(
+        node_driver("PATCH", own, labels({"kubernetes.io/hostname": None})), POLICY_LABEL_KEY
+    )
+    # the rest of the Node: spec (cordon, taints) and annotations
+    assert refused(node_driver("PATCH", own, {"spec": {"unschedulable": True}}), POLICY_LABEL_KEY)
+    assert refused(
+        node_driver("PATCH", own, {"metadata": {"annotations": {"a": "b"}}}), POLICY_LABEL_KEY
+    )
+    # a token bound to no pod names no node
+    unbound = Caller(release.cp, release.token(release.node_sa))
+    assert refused(unbound("PATCH", own, labels({"topology.drakit.io/fabric": "f1"})), POLICY_TOKEN)
+    after = release.cp.api("GET", own)
+    assert "team" not in after["metadata"]["labels"]
+    assert not after["spec"].get("unschedulable")
+    assert "topology.drakit.io/fabric" not in node_labels(release, release.node_b)
 
 
 def test_node_driver_may_read_its_node_and_record_events(
@@ -540,6 +596,7 @@ def test_drakit_node_runs_with_the_charts_identity(
     kubeconfig.write_text(json.dumps(token_config))
     kubeconfig.chmod(0o600)
     plugins = yaml.safe_load(one(release.objects, "ConfigMap")["data"]["drakit.yaml"])["plugins"]
+    plugins["amd_ainic"]["fabric"] = "chart-fabric"  # so it labels its Node (multi-node.md)
     proc = NodeProcess(
         kubeconfig=kubeconfig,
         node_name=release.node_a,
@@ -556,6 +613,15 @@ def test_drakit_node_runs_with_the_charts_identity(
             )["items"]
             assert {s["spec"]["driver"] for s in published} == set(ENABLED.values())
             assert all(s["spec"]["nodeName"] == release.node_a for s in published)
+            # the label policy lets it keep its own Node's topology labels
+            wait_for(
+                lambda: (
+                    node_labels(release, release.node_a).get("topology.drakit.io/fabric")
+                    == "chart-fabric"
+                ),
+                timeout=60,
+                what="drakit node to label its Node with the chart's identity",
+            )
     finally:
         dirs.remove()
         release.cp.api(

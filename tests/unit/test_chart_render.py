@@ -147,7 +147,12 @@ def test_template_renders_the_backends(helm: Helm, backend_set: str) -> None:
         for n in enabled
     }
     # The admission policy lets the node driver write slices of exactly these drivers.
-    policy = one(objects, "ValidatingAdmissionPolicy")
+    policies = {
+        p["metadata"]["name"].rsplit("-own-", 1)[1]: p
+        for p in by_kind(objects, "ValidatingAdmissionPolicy")
+    }
+    assert set(policies) == {"node-slices", "node-labels"}
+    policy = policies["node-slices"]
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert json.loads(variables["drivers"]) == list(dict.fromkeys(drivers.values()))
 

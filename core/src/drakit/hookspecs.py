@@ -26,7 +26,8 @@ Lifecycle, in order:
    and later ``drakit_unprepare_devices`` (routed);
 6. ``drakit_device_health`` (collect), polled;
 7. ``drakit_shape_request`` (firstresult, by strategy), from the admission webhook and CLI;
-8. ``drakit_device_classes`` (routed), from ``drakit deviceclasses``.
+8. ``drakit_device_classes`` (routed), from ``drakit deviceclasses``;
+9. ``drakit_node_labels`` (collect), after each discovery round of ``drakit node``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClai
 
 PROJECT = "drakit"
 
-API_VERSION = "1.1"
+API_VERSION = "1.2"
 """The version of this hook contract (``major.minor``), promised in ``docs/compatibility.md``.
 
 A minor version adds hooks or optional parameters; a major version removes or changes one. A
@@ -334,4 +335,32 @@ def drakit_device_classes(driver: str) -> Sequence[DeviceClassSpec] | None:
 
     Call mode: routed (each backend is asked alone, for its own driver) and firstresult.
     Pure.
+    """
+
+
+@hookspec
+def drakit_node_labels(
+    node: NodeInfo, devices: Mapping[DeviceKey, Device]
+) -> Mapping[str, str] | None:
+    """Node labels that describe where this node sits in the cluster's fabric (since 1.2).
+
+    Called after every discovery round of ``drakit node`` with the devices this plugin
+    discovered (not the others'). Core merges every backend's answer and keeps the Node's
+    labels under ``topology.drakit.io/`` equal to the result: it adds and changes what the
+    backends return, and removes every other label under that prefix (drakit owns the
+    prefix; no other label of the Node is touched). A topology-aware scheduler reads them:
+    kube-scheduler's PodGroup topology constraint and Kueue's ``Topology`` levels take a node
+    label key (``docs/multi-node.md``).
+
+    Args:
+        node: the node (``node.labels``: the Node's labels as read before this round).
+        devices: this plugin's devices of this round, by key.
+
+    Returns:
+        ``{label key: value}`` with keys under ``topology.drakit.io/`` and values that are
+        valid label values, or ``None`` for none. A key outside the prefix or an invalid value
+        is left out with a warning naming the plugin; two backends giving one key different
+        values leaves that key out (a warning names both).
+
+    Call mode: collect, each backend asked alone. Pure: core writes the labels.
     """

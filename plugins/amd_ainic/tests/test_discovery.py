@@ -455,3 +455,42 @@ def test_rediscovery_follows_the_virtfn_links(tmp_path: Path) -> None:
     assert names() == {f"ainic-0-vf-{i}" for i in range(3)}
     os.symlink(target, pf / "virtfn3")  # and comes back: a new link, read again
     assert names() == {f"ainic-0-vf-{i}" for i in range(4)}
+
+
+def _node_labels(root: Path, labels: dict[str, str], **ainic: Any) -> dict[str, str]:
+    """What the backend asks core to label the Node with after one discovery round."""
+    host = PluginHost(
+        DrakitSettings(plugins={"amd_ainic": ainic}),
+        NodeInfo(name="n1", sysfs_root=str(root), labels=labels),
+    )
+    disc = host.discover()
+    return host.node_labels({"amd_ainic": disc.devices}).get("amd_ainic", {})
+
+
+def test_node_labels_name_the_fabric_and_count_its_rails(roots: dict[str, Path]) -> None:
+    root = roots["h200-8gpu-8ainic"]
+    labels = {
+        "ainic.drakit.io/fabric": "pod-a",
+        "ainic.drakit.io/rail.enp24s0": "0",
+        "ainic.drakit.io/rail.enp64s0": "1",
+        "ainic.drakit.io/rail.enp79s0": "1",  # two NICs on rail 1: still two rails
+    }
+    assert _node_labels(root, labels) == {
+        "topology.drakit.io/fabric": "pod-a",
+        "topology.drakit.io/rails": "2",
+    }
+    # the same sources as the attributes: the static map over the labels
+    assert _node_labels(root, labels, fabric="pod-b", rails={"enp94s0": 5}) == {
+        "topology.drakit.io/fabric": "pod-b",
+        "topology.drakit.io/rails": "3",
+    }
+    # no fabric, no rails: nothing to label
+    assert _node_labels(root, {}) == {}
+
+
+def test_nics_in_two_fabrics_give_no_fabric_label(
+    roots: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    labels = {"ainic.drakit.io/fabric": "pod-a", "ainic.drakit.io/fabric.enp24s0": "pod-b"}
+    assert _node_labels(roots["h200-8gpu-8ainic"], labels) == {}
+    assert "fabrics pod-a, pod-b: no topology.drakit.io/fabric label" in caplog.text

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -136,6 +137,17 @@ def from_files(
     return Inputs(claim, slices, {c.name: c for c in classes}, allocated, nodes)
 
 
+def read_nodes(paths: Iterable[Path]) -> list[Node]:
+    """Node objects (with their labels) from files or directories (``kubectl get nodes -o yaml``).
+
+    Raises:
+        ConfigInvalid: a file cannot be read, or a Node in it does not parse.
+    """
+    return _parse(
+        Node, [o for o in read_objects(paths) if o.get("kind", "Node") == "Node"], "nodes"
+    )
+
+
 def _taint_rules(kube: KubeClient) -> list[dict[str, Any]]:
     """The cluster's DeviceTaintRules: ``v1`` (1.37), else ``v1beta2`` (1.36), else none."""
     for version in ("v1", "v1beta2"):
@@ -147,11 +159,17 @@ def _taint_rules(kube: KubeClient) -> list[dict[str, Any]]:
 
 
 def from_cluster(
-    namespace: str, name: str, kubeconfig: Path | None, node_names: Iterable[str] = ()
+    namespace: str,
+    name: str,
+    kubeconfig: Path | None,
+    node_names: Iterable[str] = (),
+    *,
+    template: bool = False,
 ) -> Inputs:
     """Read a claim in the cluster and what its allocation depends on.
 
-    The nodes are ``node_names``, else every node that has ResourceSlices.
+    The nodes are ``node_names``, else every node that has ResourceSlices. ``template``: the
+    object is a ResourceClaimTemplate (``drakit explain job``), not a ResourceClaim.
 
     Raises:
         ConfigInvalid: an object from the cluster does not parse.
@@ -161,7 +179,15 @@ def from_cluster(
 
     kube = KubeClient.from_kubeconfig(kubeconfig)
     try:
-        claim = _claim(kube.get_resource_claim(namespace, name), f"{namespace}/{name}")
+        if template:
+            doc = kube.request(
+                "GET",
+                f"{RESOURCE}/namespaces/{quote(namespace, safe='')}"
+                f"/resourceclaimtemplates/{quote(name, safe='')}",
+            )
+            claim = _claim({"kind": "ResourceClaimTemplate", **doc}, f"{namespace}/{name}")
+        else:
+            claim = _claim(kube.get_resource_claim(namespace, name), f"{namespace}/{name}")
         slices = _parse(
             ResourceSlice, kube.list_all(f"{RESOURCE}/resourceslices"), "ResourceSlices"
         )

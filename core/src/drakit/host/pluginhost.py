@@ -31,7 +31,7 @@ from drakit.host.discovery import Discovered, discover
 from drakit.host.loader import HookRegistry, load_backends, load_strategies
 from drakit.host.members import MemberCalls, MemberSession
 from drakit.host.settings import DrakitSettings
-from drakit.models import ClaimInfo, Device, DeviceHealth, NodeInfo, PreparedDevice
+from drakit.models import ClaimInfo, Device, DeviceHealth, DeviceKey, NodeInfo, PreparedDevice
 from drakit.statefiles import StateDir
 from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClaim, SimpleRequest
 
@@ -227,6 +227,29 @@ class PluginHost:
         for name in self.backends:
             for batch in self._only(name, "drakit_device_health")(node=self.node):
                 out.setdefault(name, []).extend(batch or [])
+        return out
+
+    def node_labels(
+        self, devices: Mapping[str, Mapping[DeviceKey, Device]]
+    ) -> dict[str, dict[str, str]]:
+        """Plugin name -> the Node labels it contributes, from its own ``devices`` of a round.
+
+        Every loaded backend is asked alone (with no devices when it discovered none); a
+        backend that fails is logged and contributes nothing, so one backend cannot take the
+        others' labels away. What comes back is not yet checked (:mod:`drakit.node.labels`).
+        """
+        out: dict[str, dict[str, str]] = {}
+        for name in self.backends:
+            try:
+                res = self._only(name, "drakit_node_labels")(
+                    node=self.node, devices=dict(devices.get(name, {}))
+                )
+            except DrakitError as e:
+                log.warning("backend %s: no node labels this round: %s", name, e)
+                continue
+            for part in res:
+                if part:
+                    out.setdefault(name, {}).update({str(k): str(v) for k, v in part.items()})
         return out
 
     # -- cluster objects -----------------------------------------------------------------------

@@ -161,6 +161,20 @@ class MetricsSettings(BaseModel):
     port: int = Field(default=8080, ge=0, le=65535, description="0 picks a free port")
 
 
+class TopologyLabelSettings(BaseModel):
+    """The Node labels under ``topology.drakit.io/`` that ``drakit node`` keeps (multi-node.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        default=True, description="Keep the backends' topology.drakit.io/ labels on the Node"
+    )
+    remove_on_exit: bool = Field(
+        default=False,
+        description="Remove them when drakit node stops (default: kept, like the slices)",
+    )
+
+
 class DrakitSettings(BaseSettings):
     """The whole configuration of one drakit process."""
 
@@ -218,6 +232,7 @@ class DrakitSettings(BaseSettings):
     )
     health: HealthSettings = HealthSettings()
     metrics: MetricsSettings = MetricsSettings()
+    topology_labels: TopologyLabelSettings = TopologyLabelSettings()
 
     known_plugins: ClassVar[tuple[str, ...]] = ()
 

@@ -109,6 +109,23 @@ class KubeClient(LeanTransport):
         except NotFoundError:
             return None
 
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> dict[str, Any]:
+        """Merge-patch only these labels of Node ``name`` (``None`` removes one).
+
+        A JSON merge patch names just the keys it changes, so labels others own are never
+        touched; the chart's admission policy lets the node driver change only its own Node's
+        ``topology.drakit.io/`` labels this way.
+        """
+        path = f"/api/v1/nodes/{quote(name, safe='')}"
+        body = json.dumps({"metadata": {"labels": dict(labels)}}, separators=(",", ":"))
+        return self._lean(
+            "PATCH",
+            path,
+            what=f"patch the labels of Node {name}",
+            body=body.encode(),
+            content_type="application/merge-patch+json",
+        )
+
     # -------------------------------------------------- reads for `drakit explain`
 
     def list_all(self, path: str) -> list[dict[str, Any]]:

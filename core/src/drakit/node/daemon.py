@@ -34,7 +34,7 @@ from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer, grpc_initialised
-from drakit.models import DeviceHealth
+from drakit.models import Device, DeviceHealth, DeviceKey
 from drakit.node.health import (
     UNHEALTHY_TAINT,
     Unhealthy,
@@ -42,6 +42,9 @@ from drakit.node.health import (
     default_health,
     with_health_taints,
 )
+from drakit.node.labels import PREFIX as LABEL_PREFIX
+from drakit.node.labels import LabelKeeper, keep_failed
+from drakit.node.labels import merge as merge_labels
 from drakit.node.metrics import Metrics, ProbeServer
 from drakit.prepare.checkpoint import read_boot_id
 from drakit.prepare.pipeline import ClaimSource, DriverState
@@ -116,6 +119,8 @@ class Node:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._daemon = False  # set by run(): this node is the process's entry point
+        self._labels: LabelKeeper | None = None
+        self._label_parts: dict[str, dict[str, str]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -195,6 +200,8 @@ class Node:
                 )
                 server.start()
                 self.servers[driver] = server
+        if self.kube is not None and s.topology_labels.enabled:
+            self._labels = LabelKeeper(self.kube, node_name)
         if self.kube is not None:
             self.publisher = ResourceSlicePublisher(
                 self.kube,
@@ -239,6 +246,9 @@ class Node:
 
     def _run_publisher(self) -> None:
         if self.publisher is not None:
+            inv = self.inventory
+            if inv is not None:  # the first publish does not discover: label from start-up's
+                self._sync_labels(inv)
             self.publisher.run(self._stop)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
@@ -269,6 +279,12 @@ class Node:
             t.join(timeout=max(grace, 1.0))
         for state in self.states.values():
             state.close()
+        if (
+            self._labels is not None
+            and self.host is not None
+            and self.settings.topology_labels.remove_on_exit
+        ):
+            self._labels.remove(self.host.node.labels)
         if self.probes is not None:
             self.probes.stop()
         self._stack.close()
@@ -415,7 +431,39 @@ class Node:
             if self.inventory is None:
                 raise
             inv = self.inventory
+        else:
+            self._sync_labels(inv)
         return self._with_health_taints(inv)
+
+    def topology_labels(self, inv: InventorySnapshot) -> dict[str, str]:
+        """The ``topology.drakit.io/`` labels the backends give for ``inv`` (checked, merged)."""
+        host = self._the_host()
+        mine: dict[str, dict[DeviceKey, Device]] = {}
+        for key, plugin, device in inv.devices():
+            mine.setdefault(plugin, {})[key] = device
+        parts = keep_failed(host.node_labels(mine), self._label_parts, inv.failed)
+        self._label_parts = parts
+        return merge_labels(parts)
+
+    def _sync_labels(self, inv: InventorySnapshot) -> None:
+        """Make the Node's ``topology.drakit.io/`` labels what the backends say for ``inv``."""
+        if self._labels is None or self.host is None:
+            return
+        try:
+            desired = self.topology_labels(inv)
+        except DrakitError:
+            log.exception("node labels: keeping the Node's labels as they are")
+            return
+        if self._labels.sync(self.host.node.labels, desired):
+            self._adopt_labels_written(desired)
+
+    def _adopt_labels_written(self, desired: Mapping[str, str]) -> None:
+        """What the Node carries after a sync (read again before the next round anyway)."""
+        host = self._the_host()
+        labels = {k: v for k, v in host.node.labels.items() if not k.startswith(LABEL_PREFIX)}
+        labels.update(desired)
+        if labels != host.node.labels:
+            host.node = host.node.model_copy(update={"labels": labels})
 
     def publishable(self) -> Sequence[PoolSpec]:
         """The pools as the publisher would publish them now (the test kit's view).

@@ -21,7 +21,7 @@ import fnmatch
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ __all__ = [
     "build_devices",
     "modes",
     "pool_size",
+    "topology_labels",
     "with_counter_sets",
 ]
 
@@ -211,6 +212,46 @@ def fabric_identity(
     rails.update(settings.rails)
     fabrics.update(settings.fabrics)
     return rails, fabrics, settings.fabric or node_fabric
+
+
+FABRIC_LABEL = "topology.drakit.io/fabric"
+RAILS_LABEL = "topology.drakit.io/rails"
+
+
+def topology_labels(devices: Iterable[Device]) -> dict[str, str]:
+    """The Node labels for this node's published NICs (``docs/multi-node.md``).
+
+    ``topology.drakit.io/fabric``: the fabric every NIC that has one is in (left out when none
+    has one, or when they are in different fabrics: a label holds one domain);
+    ``topology.drakit.io/rails``: how many distinct rails the NICs of that fabric (of the node,
+    without a fabric) are on. Both come from the ``fabric`` and ``rail`` attributes, so from
+    the same sources as the ResourceSlice.
+    """
+    fabrics: set[str] = set()
+    railed: list[tuple[int, str | None]] = []
+    for d in devices:
+        fabric_attr, rail_attr = d.attributes.get("fabric"), d.attributes.get("rail")
+        fabric = fabric_attr.string if fabric_attr is not None else None
+        if fabric is not None:
+            fabrics.add(fabric)
+        if rail_attr is not None and rail_attr.int_ is not None:
+            railed.append((rail_attr.int_, fabric))
+    out: dict[str, str] = {}
+    if len(fabrics) > 1:
+        log.warning(
+            "this node's NICs are in fabrics %s: no %s label (it holds one domain); put the "
+            "node's NICs in one fabric or schedule by the fabric attribute",
+            ", ".join(sorted(fabrics)),
+            FABRIC_LABEL,
+        )
+        return out
+    fabric = next(iter(fabrics), None)
+    if fabric is not None:
+        out[FABRIC_LABEL] = fabric
+    rails = {rail for rail, f in railed if f == fabric}
+    if rails:
+        out[RAILS_LABEL] = str(len(rails))
+    return out
 
 
 def pool_size(nic: Ainic, limit: int | None, settings: AmdAinicSettings) -> tuple[int, bool]:

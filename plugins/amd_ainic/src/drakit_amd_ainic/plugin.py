@@ -21,10 +21,24 @@ from drakit.context import PluginContext
 from drakit.deviceclasses import DeviceClassSpec, shared_driver_class
 from drakit.errors import RetryableError
 from drakit.hookspecs import hookimpl
-from drakit.models import ClaimInfo, DeviceHealth, DeviceInventory, NodeInfo, PreparedDevice
+from drakit.models import (
+    ClaimInfo,
+    Device,
+    DeviceHealth,
+    DeviceInventory,
+    DeviceKey,
+    NodeInfo,
+    PreparedDevice,
+)
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import parse_nic_config
-from drakit_amd_ainic.devices import DiscoveryCache, Published, build_devices, with_counter_sets
+from drakit_amd_ainic.devices import (
+    DiscoveryCache,
+    Published,
+    build_devices,
+    topology_labels,
+    with_counter_sets,
+)
 from drakit_amd_ainic.discovery import read_ainics
 from drakit_amd_ainic.health import device_health
 from drakit_amd_ainic.ledger import Ledger
@@ -92,6 +106,11 @@ class AmdAinicPlugin:
             return DeviceInventory.model_construct(devices=tuple(devices))
         devices, sets = with_counter_sets(devices, published)
         return DeviceInventory(devices=tuple(devices), counter_sets=tuple(sets))
+
+    @hookimpl
+    def drakit_node_labels(self, devices: Mapping[DeviceKey, Device]) -> dict[str, str] | None:
+        """``topology.drakit.io/fabric`` and ``/rails`` from this round's NICs (its own)."""
+        return topology_labels(devices.values()) or None
 
     @hookimpl
     def drakit_parse_config(
