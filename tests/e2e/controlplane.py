@@ -487,6 +487,36 @@ class ControlPlane:
         """Return the PID of each running component."""
         return {c.name: c.process.pid for c in self._components}
 
+    def restart_apiserver(self) -> float:
+        """Stop kube-apiserver (SIGTERM) and start it again with the same arguments and etcd.
+
+        Every client's watch breaks and reconnects, as after an upgrade of the control plane.
+
+        Returns:
+            When the new process was started (``time.monotonic()``); it is ready on return.
+        """
+        component = next(c for c in self._components if c.name == "kube-apiserver")
+        old = component.process
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old.pid, signal.SIGTERM)
+        try:
+            old.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            old.kill()
+            old.wait(timeout=15)
+        component.process = subprocess.Popen(
+            [str(a) for a in old.args],  # type: ignore[union-attr]
+            stdin=subprocess.DEVNULL,
+            stdout=component.log_file,
+            stderr=subprocess.STDOUT,
+            cwd=self.run_dir,
+            start_new_session=True,
+            preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - a fresh child, like the first start
+        )
+        spawned = component.ready_seconds = time.monotonic()
+        self._wait_ready(component, f"{self.server}/readyz", auth=True)
+        return spawned
+
     def check_alive(self) -> None:
         """Raise if a component has exited since start-up.
 

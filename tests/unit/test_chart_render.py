@@ -137,13 +137,16 @@ def test_template_renders_the_backends(helm: Helm, backend_set: str) -> None:
         for c in by_kind(objects, "DeviceClass")
     }
     shared = {n for n in enabled if list(drivers.values()).count(drivers[n]) > 1}
+    # One selector each, the driver first (one CEL call per device for the scheduler).
     assert classes == {
-        CLASSES[n]: [f'device.driver == "{drivers[n]}"']
-        + (
-            [f'device.attributes["{drivers[n]}"].type in {compact(TYPES[n])}']
-            if n in shared
-            else []
-        )
+        CLASSES[n]: [
+            f'device.driver == "{drivers[n]}"'
+            + (
+                f' && (device.attributes["{drivers[n]}"].type in {compact(TYPES[n])})'
+                if n in shared
+                else ""
+            )
+        ]
         for n in enabled
     }
     # The admission policy lets the node driver write slices of exactly these drivers.

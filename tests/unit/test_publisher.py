@@ -19,7 +19,7 @@ from drakit.errors import PermanentError, RetryableError, SliceValidationError
 from drakit.kube import ConflictError, KubeClient, NotFoundError
 from drakit.models import CounterSet, Device, DeviceTaint
 from drakit.publish.diff import dropped_fields, gate_for_path, semantically_equal
-from drakit.publish.publisher import DroppedFieldsError, ResourceSlicePublisher
+from drakit.publish.publisher import WATCH_RETRY_MAX, DroppedFieldsError, ResourceSlicePublisher
 from drakit.publish.render import PoolSpec
 
 NODE = "node-a"
@@ -446,6 +446,18 @@ def test_taint_time_added_is_server_set_and_kept(api: FakeApi) -> None:
     assert pub.sync_once().updates == 1
     (obj,) = api.objects.values()
     assert obj["spec"]["devices"][0]["taints"][0]["timeAdded"] == "2026-01-01T00:00:00Z"
+
+
+def test_watches_broken_together_reconnect_spread_out(api: FakeApi, desired: Desired) -> None:
+    # A fleet's watches all break when the API server restarts: their reconnects must spread
+    # over the whole window (they came back within the last 20 % of it, in step, before).
+    fleet = [make(api, desired) for _ in range(200)]
+    for failures in (1, 4, 20):
+        step = min(WATCH_RETRY_MAX, 0.5 * 2 ** (failures - 1))
+        waits = sorted(p.watch_retry_delay(failures) for p in fleet)
+        assert all(0.1 * step <= w <= step for w in waits)
+        assert waits[len(waits) // 4] < 0.5 * step < waits[3 * len(waits) // 4]
+    assert max(p.watch_retry_delay(50) for p in fleet) <= WATCH_RETRY_MAX
 
 
 def test_run_publishes_and_stops(api: FakeApi, desired: Desired) -> None:

@@ -4,8 +4,9 @@ Every backend gets one class by default, named after the plugin with ``_`` turne
 (``cpu``, ``nvidia-gpu``, ``amd-ainic``, ``amd-gpu``) and selecting
 ``device.driver == "<driver>"``. A backend may publish its own classes instead through the
 ``drakit_device_classes`` hook (the composite backend: ``gpu-nic-pair`` and one
-``gpu-nic-pair-numa<k>`` per NUMA node); core always adds the driver selector first, so a
-plugin's class can never select another driver's devices.
+``gpu-nic-pair-numa<k>`` per NUMA node); core puts the driver test first in the class's one
+selector (``device.driver == "<driver>" && (<the plugin's selector>) && ...``), so a plugin's
+class can never select another driver's devices.
 
 Configuration (``device_classes`` in the drakit file) adds an ``extendedResourceName`` to a
 class, so pods written for device plugins (``resources.limits: {nvidia.com/gpu: 2}``) get DRA
@@ -58,7 +59,7 @@ class DeviceClassSpec(BaseModel):
     Attributes:
         name: the class name (a DNS subdomain).
         selectors: CEL expressions every device of the class must meet, besides the driver
-            selector core adds first.
+            test core puts first; all are joined with ``&&`` into the class's one selector.
         extended_resource_name: the backend's default ``extendedResourceName`` (configuration
             overrides it).
         description: one line for humans, stored in the ``drakit.io/description`` annotation.
@@ -168,7 +169,13 @@ def render_device_classes(
                 )
             owners[spec.name] = plugin
             conf = settings.get(spec.name, DeviceClassSettings())
-            selectors = [f"device.driver == {json.dumps(driver)}", *spec.selectors]
+            # One expression, the driver first: the scheduler evaluates every selector of the
+            # class on every device of every slice of every node, one CEL program call each;
+            # joined, a device of the driver costs one call, not 1 + len(spec.selectors).
+            # benchmarks/README.md ("Scheduler throughput"): +20 % pods/s on composite nodes.
+            expression = " && ".join(
+                [f"device.driver == {json.dumps(driver)}", *(f"({e})" for e in spec.selectors)]
+            )
             obj: dict[str, Any] = {
                 "apiVersion": API_VERSION,
                 "kind": "DeviceClass",
@@ -179,7 +186,7 @@ def render_device_classes(
                         "drakit.io/plugin": plugin,
                     },
                 },
-                "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors]},
+                "spec": {"selectors": [{"cel": {"expression": expression}}]},
             }
             if spec.description:
                 obj["metadata"]["annotations"] = {"drakit.io/description": spec.description}

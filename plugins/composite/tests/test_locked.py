@@ -81,11 +81,12 @@ def test_shares_render_into_valid_slices_and_classes_select_by_type(host: Plugin
     assert sorted(spec) == ["cpu", "cpu-share"]  # no pairs wanted: no pair classes
     attr = f'device.attributes["{DRIVER}"].type in '
     assert [s["cel"]["expression"] for s in spec["cpu-share"]["selectors"]] == [
-        f'device.driver == "{DRIVER}"',
-        attr + '["cpu-share"]',
+        f'device.driver == "{DRIVER}" && ({attr}["cpu-share"])',
     ]
     assert spec["cpu-share"]["extendedResourceName"] == "composite.drakit.io/cpu-share"
-    assert spec["cpu"]["selectors"][1]["cel"]["expression"] == attr + '["cpu-group","cpu"]'
+    assert spec["cpu"]["selectors"][0]["cel"]["expression"].endswith(
+        f'&& ({attr}["cpu-group","cpu"])'
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,9 @@ claim is taken apart to say why, in terms a user can act on:
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -433,6 +434,24 @@ def explain_node(alloc: Allocator, claim: ResourceClaim) -> NodeExplanation:
     return NodeExplanation(node=node, fits=False, reasons=reasons)
 
 
+def _slices_by_node(slices: Sequence[ResourceSlice]) -> Callable[[str], list[ResourceSlice]]:
+    """Node name -> the slices that can concern it, in their order: its own and the unnamed.
+
+    A slice with ``spec.nodeName`` concerns that node alone; handing each node's allocator only
+    those (and the slices for all nodes or a selector, which it checks itself) keeps explaining
+    a claim over N nodes linear, not N x all slices (1,000 nodes: ``benchmarks/explain_fleet.py``).
+    """
+    named: dict[str, list[tuple[int, ResourceSlice]]] = {}
+    unnamed: list[tuple[int, ResourceSlice]] = []
+    for i, s in enumerate(slices):
+        (named.setdefault(s.spec.node_name, []) if s.spec.node_name else unnamed).append((i, s))
+
+    def mine(node: str) -> list[ResourceSlice]:
+        return [s for _, s in heapq.merge(named.get(node, []), unnamed, key=lambda p: p[0])]
+
+    return mine
+
+
 def explain(
     claim: ResourceClaim,
     slices: Sequence[ResourceSlice],
@@ -449,11 +468,14 @@ def explain(
     ]
     existing = claim.status.allocation
     state = AllocatedState.of(others)
+    mine = _slices_by_node(slices)
     return Explanation(
         claim=claim.ref,
         allocated=[r.to_api() for r in existing.devices.results] if existing else None,
         nodes=[
-            explain_node(Allocator(n, slices, classes, state=state, budget=EXPLAIN_STEPS), claim)
+            explain_node(
+                Allocator(n, mine(n.name), classes, state=state, budget=EXPLAIN_STEPS), claim
+            )
             for n in nodes
         ],
     )

@@ -50,7 +50,11 @@ class KubeClient(LeanTransport):
 
     @classmethod
     def from_kubeconfig(
-        cls, path: Path | None = None, *, request_timeout: float = 30.0
+        cls,
+        path: Path | None = None,
+        *,
+        request_timeout: float = 30.0,
+        pool_size: int | None = None,
     ) -> KubeClient:
         """Build a client from a kubeconfig file or, in a pod, the service account.
 
@@ -58,6 +62,10 @@ class KubeClient(LeanTransport):
             path: The kubeconfig. ``None``: the pod's service account when running in a pod
                 (``KUBERNETES_SERVICE_HOST`` is set), else ``$KUBECONFIG`` or ``~/.kube/config``.
             request_timeout: Seconds allowed for one (non-watch) request.
+            pool_size: Connections kept open for reuse (the generated client's default, five
+                per CPU, when ``None``). A watch holds one for its whole life: a process with
+                many watches (``drakit fleet``) needs one per watch, or the pool discards and
+                reopens connections, warning each time.
 
         Returns:
             The client.
@@ -90,6 +98,8 @@ class KubeClient(LeanTransport):
         # once as RetryableError and the caller backs off. Pooled connections that the server
         # closed are detected before reuse.
         cfg.retries = urllib3.Retry(total=0, redirect=0, raise_on_status=False)
+        if pool_size is not None:
+            cfg.connection_pool_maxsize = pool_size
         logger.debug("Kubernetes API %s (config from %s)", cfg.host, source)
         return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
 

@@ -58,8 +58,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-WATCH_RETRY_MAX = 5.0
-"""Longest wait between watch reconnects while the API server is unreachable (seconds)."""
+WATCH_RETRY_MAX = 10.0
+"""Longest wait between watch reconnects while the API server is unreachable (seconds).
+
+Each wait is drawn from 10-100 % of ``min(WATCH_RETRY_MAX, 0.5 s x 2^(n-1))`` (full jitter): the
+watches of a whole fleet break together when the API server restarts, and with the 80-100 %
+jitter of the first version, at a 5 s cap, 1,000 simulated nodes reconnected in step, a TLS
+handshake each, once every 4-5 s, and kept the restarted 2-core API server from finishing its
+own start (``benchmarks/fleet.py``, ``benchmarks/README.md``, "Fleet")."""
 
 
 class DroppedFieldsError(PermanentError):
@@ -861,6 +867,18 @@ class ResourceSlicePublisher:
         rec = self._written.get(name)
         return rec is None or rec.resource_version != resource_version(obj)
 
+    def watch_retry_delay(self, failures: int) -> float:
+        """Seconds to wait before reconnecting the watch after ``failures`` failures in a row.
+
+        The watch is the cheap probe that notices the API server is back (and cuts the
+        publisher's longer backoff short), so it retries at most every ``WATCH_RETRY_MAX``
+        seconds; the wait is spread over 10-100 % of the step so that a fleet's watches, broken
+        together, do not come back together.
+        """
+        cap = min(self.backoff_max, WATCH_RETRY_MAX)
+        step = min(cap, self.backoff_initial * 2.0 ** min(failures - 1, 30))
+        return step * self._rng.uniform(0.1, 1.0)
+
     def _watch_loop(self, stop_event: threading.Event) -> None:
         failures = 0
 
@@ -885,11 +903,7 @@ class ResourceSlicePublisher:
                         self._notify("changed")
             except DrakitError as exc:
                 failures += 1
-                # The watch is the cheap probe that notices the API server is back (and cuts the
-                # publisher's longer backoff short), so it retries at most every few seconds.
-                cap = min(self.backoff_max, WATCH_RETRY_MAX)
-                delay = min(cap, self.backoff_initial * 2 ** min(failures - 1, 30))
-                delay *= self._rng.uniform(0.8, 1.0)
+                delay = self.watch_retry_delay(failures)
                 logger.debug("ResourceSlice watch failed (retry in %.1fs): %s", delay, exc)
                 stop_event.wait(delay)
             except Exception:

@@ -13,13 +13,20 @@ from drakit.sim import CpuSpec, MachineSpec, NetDevSpec, PciDeviceSpec, PciRootS
 from drakit.sim.platform import PEX890XX, RP_GENOA, RP_SPR, genoa_cpu, pci_tree, spr_cpu
 from drakit_amd_ainic.sim import pollara
 from drakit_amd_gpu.sim import AMD_GPU_DS, AMD_GPU_US, AmdGpuSysfs, mi300x
-from drakit_nvidia_gpu.sim import D_H100_SXM, D_H200_SXM, hopper_nvml, nvidia_gpu
+from drakit_nvidia_gpu.sim import (
+    D_H100_SXM,
+    D_H200_SXM,
+    hopper_nvml,
+    nvidia_gpu,
+    with_mig_enabled,
+)
 
 __all__ = [
     "PROFILES",
     "connectx7",
     "dgx_h100",
     "h200_8gpu_8ainic",
+    "h200_8gpu_8ainic_dense",
     "h200_8gpu_8ainic_sriov",
     "mi300x_8gpu_8ainic",
     "mi300x_8gpu_8ainic_16vf",
@@ -179,7 +186,7 @@ def dgx_h100() -> MachineSpec:
     )
 
 
-def _h200_ainic(name: str, vfs: int) -> MachineSpec:
+def _h200_ainic(name: str, vfs: int, total_vfs: int = 8) -> MachineSpec:
     gpus = [(bdf, "NVIDIA H200", 143771, 141) for bdf in _hgx_gpu_bdfs()]
     sriov = f", {vfs} VFs per AINIC bound to ionic" if vfs else ""
     return MachineSpec(
@@ -189,7 +196,10 @@ def _h200_ainic(name: str, vfs: int) -> MachineSpec:
             f"{sriov}, 2x Xeon 8480+"
         ),
         cpu=spr_cpu("Intel(R) Xeon(R) Platinum 8480+", snc=1, mem_node_gib=1024),
-        pci_roots=_hgx_roots(D_H200_SXM, lambda i, bdf, bus: pollara(bdf, bus, i, sriov_vfs=vfs)),
+        pci_roots=_hgx_roots(
+            D_H200_SXM,
+            lambda i, bdf, bus: pollara(bdf, bus, i, sriov_vfs=vfs, total_vfs=max(total_vfs, vfs)),
+        ),
         parts=(hopper_nvml(name, gpus),),
     )
 
@@ -197,6 +207,20 @@ def _h200_ainic(name: str, vfs: int) -> MachineSpec:
 def h200_8gpu_8ainic() -> MachineSpec:
     """8x H200 + 8x Pollara 400 AINIC (each NIC under its GPU's switch), 2x Xeon 8480+."""
     return _h200_ainic("h200-8gpu-8ainic", 0)
+
+
+def h200_8gpu_8ainic_dense(vfs_per_nic: int = 255) -> MachineSpec:
+    """The H200 box at its densest: MIG mode on all 8 GPUs, ``vfs_per_nic`` VFs on every AINIC.
+
+    With ``nvidia_gpu.mig_partitions`` every MIG placement of every GPU is a device, and with
+    ``amd_ainic.default_mode: vf`` every VF: 2,040 by default, the most that fit (the VFs share
+    their PF's bus, 256 functions with the PF's own). Not registered as a profile (its
+    tree is large, and every profile is built by several tests): ``benchmarks/density.py`` builds
+    it to size the node DaemonSet's resources.
+    """
+    return with_mig_enabled(
+        _h200_ainic(f"h200-8gpu-8ainic-dense-{vfs_per_nic}vf", vfs_per_nic, vfs_per_nic), range(8)
+    )
 
 
 def h200_8gpu_8ainic_sriov() -> MachineSpec:

@@ -1,0 +1,430 @@
+"""The real kube-scheduler's throughput on drakit's slice shapes, against the example driver's.
+
+Usage::
+
+    uv run python benchmarks/scheduler.py --nodes 100 [--fill 0.5] [-o benchmarks/results/X.json]
+
+One control plane (``benchmarks.cluster``). For each scenario, in turn, in one run:
+
+1. ``--nodes`` fake Nodes publish one shape's slices through drakit's own publisher
+   (:class:`drakit.node.fleet.Fleet`, one publish each, no loop): ``example-gpu`` (upstream's
+   example driver: 8 plain GPUs per node) or ``h200-8gpu-8ainic`` under the default configuration
+   (CPU devices, and the composite's GPUs, NICs and GPU-NIC pairs with shared counters);
+2. one ResourceClaim per pod is created (its ``spec.devices`` as the scenario makes it: a plain
+   ``exactly``, the webhook's pair template for ``numa-policy: preferred`` / ``required``
+   (``drakit_composite.admission.plan_pod``), or ``drakit shape``'s ``packed`` / ``distributed``
+   requests (``PluginHost.shape``)), enough pods to use ``--fill`` of the devices they ask for;
+3. kube-scheduler is paused (SIGSTOP), every pod is created (one claim each, by name), the
+   scheduler is resumed (SIGCONT) and timed until every pod is bound (the pods listed every
+   0.2 s). Throughput = pods / that time: scheduling and the claim allocation writes, nothing
+   of pod creation;
+4. the pods, claims, Nodes and slices are deleted.
+
+The ratio column divides by the example driver's scenario with the same device count per claim
+(``example-1`` or ``example-2``). The machine's load is recorded per scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import contextlib
+
+from benchmarks.cluster import find_bin_dir
+from tests.e2e.controlplane import ControlPlane
+
+from drakit.errors import NotFoundError
+from drakit.host.pluginhost import PluginHost
+from drakit.host.settings import load_settings
+from drakit.kube import KubeClient
+from drakit.models import NodeInfo
+from drakit.node.fleet import FLEET_LABEL, Fleet, Shape, load_shape
+from drakit.strategy_models import SimpleRequest
+from drakit_composite.admission import AdmissionSettings, plan_pod
+
+__all__ = ["SCENARIOS", "main"]
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+EXAMPLE_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "example-gpu"},
+    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+}
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def exactly(device_class: str, count: int) -> dict[str, Any]:
+    return {
+        "requests": [
+            {"name": "devices", "exactly": {"deviceClassName": device_class, "count": count}}
+        ]
+    }
+
+
+def webhook_pairs(pairs: int, policy: str) -> dict[str, Any]:
+    """``spec.devices`` of the template the webhook makes for a pod asking for ``pairs``."""
+    pod = {
+        "metadata": {
+            "name": "p",
+            "annotations": {
+                "composite.drakit.io/gpu-nic-pairs": str(pairs),
+                "composite.drakit.io/numa-policy": policy,
+            },
+        },
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    plan = plan_pod(_host(), AdmissionSettings(), pod, "uid")
+    assert plan is not None
+    devices: dict[str, Any] = plan.template["spec"]["spec"]["devices"]
+    return devices
+
+
+def strategy(name: str, device_class: str, count: int) -> dict[str, Any]:
+    """``spec.devices`` as ``drakit shape --strategy NAME --class CLASS --count N`` prints it."""
+    request = SimpleRequest(name="devices", device_class=device_class, count=count)
+    return _host().shape(name, request).to_api()
+
+
+def _host() -> PluginHost:
+    settings = load_settings(None).model_copy(update={"plugins": {}})
+    return PluginHost(settings, NodeInfo(name="shape", sysfs_root="/"))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    shape: str
+    count: int  # devices per claim, for the fill and the baseline
+    devices: Callable[[], dict[str, Any]]
+    baseline: str
+    config: str = ""  # a key of CONFIGS: the backends the shape is discovered with
+
+
+CONFIGS: dict[str, dict[str, Any] | None] = {"": None, "gpu-only": {"plugins": {"nvidia_gpu": {}}}}
+"""Configurations other than the default one (CPU backend and the composite)."""
+
+
+SCENARIOS = (
+    Scenario("example-1", "example-gpu", 1, lambda: exactly("example-gpu", 1), "example-1"),
+    Scenario("drakit-gpu-1", "h200-8gpu-8ainic", 1, lambda: exactly("nvidia-gpu", 1), "example-1"),
+    Scenario(
+        "drakit-gpu-1-gpu-only",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: exactly("nvidia-gpu-only", 1),
+        "example-1",
+        "gpu-only",
+    ),
+    Scenario(
+        "drakit-gpu-1-merged",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: exactly("nvidia-gpu-merged", 1),
+        "example-1",
+    ),
+    Scenario(
+        "drakit-pair-1", "h200-8gpu-8ainic", 1, lambda: webhook_pairs(1, "preferred"), "example-1"
+    ),
+    Scenario("example-2", "example-gpu", 2, lambda: exactly("example-gpu", 2), "example-2"),
+    Scenario(
+        "drakit-pair-2-none", "h200-8gpu-8ainic", 2, lambda: webhook_pairs(2, "none"), "example-2"
+    ),
+    Scenario(
+        "drakit-pair-2-preferred",
+        "h200-8gpu-8ainic",
+        2,
+        lambda: webhook_pairs(2, "preferred"),
+        "example-2",
+    ),
+    Scenario(
+        "drakit-pair-2-required",
+        "h200-8gpu-8ainic",
+        2,
+        lambda: webhook_pairs(2, "required"),
+        "example-2",
+    ),
+    Scenario(
+        "drakit-gpu-2-packed",
+        "h200-8gpu-8ainic",
+        2,
+        lambda: strategy("packed", "nvidia-gpu", 2),
+        "example-2",
+    ),
+    Scenario(
+        "drakit-gpu-2-distributed",
+        "h200-8gpu-8ainic",
+        2,
+        lambda: strategy("distributed", "nvidia-gpu", 2),
+        "example-2",
+    ),
+)
+
+
+def _shape(name: str, config: str) -> Shape:
+    if not CONFIGS[config]:
+        return load_shape(name)
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".yaml", dir="/dev/shm", prefix="drakit-bench-"
+    ) as f:
+        json.dump(CONFIGS[config], f)
+        f.flush()
+        return load_shape(name, Path(f.name))
+
+
+def _extra_classes(kube: KubeClient) -> None:
+    """``nvidia-gpu-only`` (the GPU backend alone) and ``nvidia-gpu-merged`` (the composite's
+    ``nvidia-gpu`` with its selectors in one expression)."""
+    drakit = str(Path(sys.executable).with_name("drakit"))
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".yaml", dir="/dev/shm", prefix="drakit-bench-"
+    ) as f:
+        json.dump(CONFIGS["gpu-only"], f)
+        f.flush()
+        listed = subprocess.run(
+            [drakit, "deviceclasses", "--config", f.name, "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    only = next(c for c in json.loads(listed)["items"] if c["metadata"]["name"] == "nvidia-gpu")
+    only["metadata"]["name"] = "nvidia-gpu-only"
+    kube.request("POST", f"{RESOURCE}/deviceclasses", body=only)
+    composite = kube.request("GET", f"{RESOURCE}/deviceclasses/nvidia-gpu")
+    exprs = [x["cel"]["expression"] for x in composite["spec"]["selectors"]]
+    merged = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "nvidia-gpu-merged"},
+        "spec": {"selectors": [{"cel": {"expression": " && ".join(f"({e})" for e in exprs)}}]},
+    }
+    kube.request("POST", f"{RESOURCE}/deviceclasses", body=merged)
+
+
+def _pprof(cp: ControlPlane, name: str, args: argparse.Namespace) -> None:
+    """A CPU profile of kube-scheduler while it schedules; ``go tool pprof -top`` of it."""
+    argv = [str(a) for a in cp._components[-1].process.args]  # type: ignore[union-attr]
+    port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
+    url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={args.profile_seconds}"
+    ctx = ssl._create_unverified_context()  # noqa: S323 - the scheduler's self-signed loopback cert
+    with urllib.request.urlopen(url, context=ctx, timeout=args.profile_seconds + 30) as r:
+        data = r.read()
+    base = (args.output.parent if args.output else Path.cwd()) / f"scheduler-{name}.pprof"
+    base.write_bytes(data)
+    top = subprocess.run(
+        ["go", "tool", "pprof", "-top", "-nodecount=40", str(base)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    base.with_suffix(".top.txt").write_text(top.stdout + top.stderr)
+
+
+def _each(fn: Callable[[int], object], n: int, threads: int = 16) -> None:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for _ in pool.map(fn, range(n)):
+            pass
+
+
+def _bound(kube: KubeClient, ns: str) -> int:
+    pods = kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
+    return sum(1 for p in pods.get("items") or [] if (p.get("spec") or {}).get("nodeName"))
+
+
+def run_scenario(
+    cp: ControlPlane, kube: KubeClient, sc: Scenario, shape: Shape, args: argparse.Namespace
+) -> dict[str, Any]:
+    prefix = f"sched-{sc.name}"
+    fleet = Fleet(
+        kube, [(f"{prefix}-{i}", shape) for i in range(args.nodes)], prefix, concurrency=8
+    )
+    fleet.register()
+    fleet.publish_once()
+    per_node = 8  # GPUs (or pairs) per node in both shapes
+    pods = int(args.nodes * per_node * args.fill) // sc.count
+    ns = f"sched-{sc.name}-{uuid.uuid4().hex[:4]}"
+    cp.create_namespace(ns)
+    devices = sc.devices()
+
+    def claim(i: int) -> None:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"c-{i}"},
+            "spec": {"devices": devices},
+        }
+        kube.request("POST", f"{RESOURCE}/namespaces/{ns}/resourceclaims", body=body)
+
+    def pod(i: int) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"p-{i}"},
+            "spec": {
+                "nodeSelector": {FLEET_LABEL: prefix},
+                "resourceClaims": [{"name": "devices", "resourceClaimName": f"c-{i}"}],
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"claims": [{"name": "devices"}]},
+                    }
+                ],
+            },
+        }
+        kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
+
+    _each(claim, pods)
+    sched = cp.pids()["kube-scheduler"]
+    load_before = load()
+    os.kill(sched, signal.SIGSTOP)
+    try:
+        _each(pod, pods)
+    finally:
+        os.kill(sched, signal.SIGCONT)
+    t0 = time.monotonic()
+    profiler = None
+    if sc.name in args.profile.split(","):
+        profiler = threading.Thread(target=_pprof, args=(cp, sc.name, args), daemon=True)
+        profiler.start()
+    bound = 0
+    while time.monotonic() - t0 < args.timeout:
+        bound = _bound(kube, ns)
+        if bound >= pods:
+            break
+        time.sleep(0.2)
+    seconds = time.monotonic() - t0
+    if profiler is not None:
+        profiler.join()
+    out = {
+        "shape": sc.shape,
+        "nodes": args.nodes,
+        "pods": pods,
+        "bound": bound,
+        "seconds": round(seconds, 2),
+        "pods_per_s": round(bound / seconds, 1),
+        "devices": devices,
+        "load_before": load_before,
+        "load_after": load(),
+    }
+    # clean up: pods at once (no kubelet runs), claims, Nodes and their slices
+    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods", query={"gracePeriodSeconds": 0})
+    kube.request("DELETE", f"{RESOURCE}/namespaces/{ns}/resourceclaims")
+    cp.delete_namespace(ns)
+
+    def drop(i: int) -> None:
+        name = f"{prefix}-{i}"
+        kube.request(
+            "DELETE", f"{RESOURCE}/resourceslices", query={"fieldSelector": f"spec.nodeName={name}"}
+        )
+        with contextlib.suppress(NotFoundError):
+            kube.request("DELETE", f"/api/v1/nodes/{name}")
+
+    _each(drop, args.nodes, 8)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument(
+        "--fill", type=float, default=0.5, help="share of the asked-for devices the pods use"
+    )
+    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--bin-dir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the control plane's logs")
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="comma-separated scenarios to take a CPU profile of kube-scheduler in (pprof)",
+    )
+    ap.add_argument("--profile-seconds", type=int, default=10)
+    ap.add_argument("-o", "--output", type=Path, default=None)
+    args = ap.parse_args(argv)
+    chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
+    started = datetime.now(UTC)
+    run_dir = Path(tempfile.mkdtemp(prefix="drakit-bench-cp-", dir="/dev/shm"))
+    # pprof without credentials (loopback only), for --profile
+    allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*"
+    cp = ControlPlane(find_bin_dir(args.bin_dir), run_dir, extra_args={"kube-scheduler": [allow]})
+    cp.start()
+    kube = KubeClient.from_kubeconfig(cp.kubeconfig, pool_size=32)
+    report: dict[str, Any] = {
+        "meta": {
+            "date": started.isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv),
+            "commit": subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ).stdout.strip(),
+            "load_start": load(),
+        },
+        "scenarios": {},
+    }
+    try:
+        kube.request("POST", f"{RESOURCE}/deviceclasses", body=EXAMPLE_CLASS)
+        classes = json.loads(
+            subprocess.run(
+                [str(Path(sys.executable).with_name("drakit")), "deviceclasses", "-o", "json"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        for obj in classes["items"]:
+            kube.request("POST", f"{RESOURCE}/deviceclasses", body=obj)
+        shapes = {key: _shape(*key) for key in {(s.shape, s.config) for s in chosen}}
+        _extra_classes(kube)
+        for sc in chosen:
+            result = run_scenario(cp, kube, sc, shapes[sc.shape, sc.config], args)
+            report["scenarios"][sc.name] = result
+            print(
+                json.dumps({sc.name: {k: v for k, v in result.items() if k != "devices"}}),
+                flush=True,
+            )
+    finally:
+        kube.close()
+        cp.stop()
+        if not args.keep:
+            shutil.rmtree(cp.run_dir, ignore_errors=True)
+    runs = report["scenarios"]
+    for name, r in runs.items():
+        base = runs.get(next(s.baseline for s in SCENARIOS if s.name == name))
+        if base and base["pods_per_s"]:
+            r["ratio"] = round(r["pods_per_s"] / base["pods_per_s"], 2)
+    report["meta"]["load_end"] = load()
+    report["meta"]["seconds"] = round((datetime.now(UTC) - started).total_seconds())
+    text = json.dumps(report, indent=2)
+    if args.output:
+        args.output.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
