@@ -3,7 +3,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 UV = $(shell hack/ensure-uv.sh)
 
-.PHONY: setup demo test lint unit e2e control-plane node helm bench fmt
+.PHONY: setup demo test lint unit e2e control-plane node helm kueue bench fmt
 
 # --inexact: keep packages the lock does not name (a vendor's `uv pip install -e ../my-plugin`)
 setup:
@@ -34,10 +34,15 @@ node:
 helm:
 	hack/helm/build.sh >/dev/null
 
+# Builds the Kueue manager for the Kueue e2e (hack/kueue/go.mod pins sigs.k8s.io/kueue; its CRDs
+# and webhook configurations come from the same module; cached under ~/.cache/drakit/kueue/).
+kueue:
+	hack/kueue/build.sh >/dev/null
+
 unit: setup helm
 	$(UV) run pytest -m "not e2e"
 
-test: lint control-plane node helm
+test: lint control-plane node helm kueue
 	DRAKIT_E2E_REQUIRED=1 $(UV) run pytest
 
 bench: setup

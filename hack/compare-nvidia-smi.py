@@ -4,6 +4,12 @@ Usage, on a node with the NVIDIA driver (from the repository root)::
 
     uv run python hack/compare-nvidia-smi.py            # exit 0: every GPU agrees
     uv run python hack/compare-nvidia-smi.py --json     # the comparison as JSON
+    uv run python hack/compare-nvidia-smi.py --config drakit.yaml   # the node's configuration
+
+drakit's GPUs are the rows its NVIDIA backend (``--plugin``, default ``nvidia_gpu``) published,
+whichever driver name they are published under: with the composite backend enabled (the default
+when no configuration enables backends) they are under the composite's driver, not
+``gpu.nvidia.drakit.io``.
 
 For every GPU it compares, by PCI bus id: the UUID, the product name, the memory (NVML's total
 in bytes against nvidia-smi's ``FB Memory Usage / Total`` in MiB), the bus id itself and the
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 DRIVER = "gpu.nvidia.drakit.io"
+PLUGIN = "nvidia_gpu"
 NUMA = "resource.kubernetes.io/numaNode"
 BUS = "resource.kubernetes.io/pciBusID"
 MIB = 2**20
@@ -64,12 +71,18 @@ def parse_smi(xml_text: str, sys_root: Path = Path("/sys")) -> dict[str, dict[st
     return out
 
 
-def parse_drakit(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Bus id -> the same keys from ``drakit discover -o json`` (full GPUs only)."""
+def parse_drakit(rows: list[dict[str, Any]], plugin: str = PLUGIN) -> dict[str, dict[str, Any]]:
+    """Bus id -> the same keys from ``drakit discover -o json`` (full GPUs only).
+
+    A row is the NVIDIA backend's when its ``plugin`` is ``plugin`` (under any driver: its
+    own, or the composite's); a row without ``plugin`` (older output) when its driver is the
+    backend's default.
+    """
     out = {}
     for r in rows:
         attrs = r["attributes"]
-        if r["driver"] != DRIVER or attrs.get("type") != "gpu":
+        ours = r["plugin"] == plugin if "plugin" in r else r["driver"] == DRIVER
+        if not ours or attrs.get("type") != "gpu":
             continue
         mem = r.get("capacity", {}).get("memory")
         out[attrs[BUS]] = {
@@ -102,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run both tools and print the comparison; 0 when they agree, 1 otherwise, 2 on error."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument("--config", help="drakit YAML configuration (as the node runs it)")
+    parser.add_argument(
+        "--plugin", default=PLUGIN, help="the NVIDIA backend's name in the configuration"
+    )
     args = parser.parse_args(argv)
     smi_bin, drakit_bin = shutil.which("nvidia-smi"), shutil.which("drakit")
     if smi_bin is None or drakit_bin is None:
@@ -112,14 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     xml_text = subprocess.run(
         [smi_bin, "-q", "-x"], check=True, capture_output=True, text=True, timeout=120
     ).stdout
+    config = ["--config", args.config] if args.config else []
     discovered = subprocess.run(
-        [drakit_bin, "discover", "-o", "json"],
+        [drakit_bin, "discover", "-o", "json", *config],
         check=True,
         capture_output=True,
         text=True,
         timeout=300,
     ).stdout
-    ours, theirs = parse_drakit(json.loads(discovered)), parse_smi(xml_text)
+    ours, theirs = parse_drakit(json.loads(discovered), args.plugin), parse_smi(xml_text)
     problems = compare(ours, theirs)
     if args.json:
         print(json.dumps({"drakit": ours, "nvidia_smi": theirs, "problems": problems}, indent=2))

@@ -22,6 +22,10 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TAG="control-plane build"
+SCRIPT=hack/control-plane/build.sh
+# shellcheck source=../lib/buildcache.sh
+source "$HERE/../lib/buildcache.sh"
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd kubectl kubelet kubelet-standin)
 NEEDED_HINT="prebuilt binaries can be provided via DRAKIT_K8S_BIN_DIR=/dir/with/kube-apiserver,kube-controller-manager,kube-scheduler,etcd,kubelet-standin"
 GO_TAGS=selinux,notest,grpcnotrace   # upstream's tag set (hack/lib/golang.sh)
@@ -29,9 +33,6 @@ DEFAULT_K8S_VERSION=v1.37.2          # used by --update-lock when go.mod pins no
 
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 export CGO_ENABLED=0
-
-log() { printf '[control-plane build] %s\n' "$*" >&2; }
-die() { printf 'hack/control-plane/build.sh: %s\n' "$*" >&2; exit 1; }
 
 mode=build
 update_version=
@@ -43,13 +44,8 @@ case "${1:-}" in
   *) die "unknown argument '$1' (try --help)" ;;
 esac
 
-if [[ -n "${DRAKIT_K8S_BIN_DIR:-}" && $mode != lock ]]; then
-  for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do
-    [[ -x "$DRAKIT_K8S_BIN_DIR/$b" ]] || die "DRAKIT_K8S_BIN_DIR=$DRAKIT_K8S_BIN_DIR has no executable '$b'"
-  done
-  log "using prebuilt binaries from DRAKIT_K8S_BIN_DIR=$DRAKIT_K8S_BIN_DIR"
-  printf '%s\n' "$DRAKIT_K8S_BIN_DIR"
-  exit 0
+if [[ $mode != lock ]]; then
+  use_prebuilt DRAKIT_K8S_BIN_DIR kube-apiserver kube-controller-manager kube-scheduler etcd
 fi
 
 require_go() {
@@ -85,9 +81,9 @@ fi
 K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$HERE/go.mod")
 [[ $K8S_VERSION =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || die "cannot find the k8s.io/kubernetes version in $HERE/go.mod"
 K8S_MINOR=${BASH_REMATCH[1]}
-KEY=$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/build.sh" | sha256sum | cut -c1-12)
+KEY=$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/build.sh" "$HERE/../lib/buildcache.sh" | sha256sum | cut -c1-12)
 STANDIN_KEY=$(cat "$HERE"/kubelet-standin/*.go | sha256sum | cut -c1-12)
-CACHE_ROOT=${DRAKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drakit}/k8s
+CACHE_ROOT=$(cache_dir k8s)
 OUT=$CACHE_ROOT/$K8S_VERSION-$KEY
 BIN=$OUT/bin
 
@@ -97,30 +93,13 @@ if [[ $mode == print ]]; then
 fi
 
 up_to_date() {
-  [[ -f "$OUT/.control-plane-complete" ]] || return 1
-  [[ "$(cat "$OUT/.standin-key" 2>/dev/null)" == "$STANDIN_KEY" ]] || return 1
-  local b
-  for b in "${BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
+  have_binaries .control-plane-complete || return 1
+  [[ "$(cat "$OUT/.standin-key" 2>/dev/null)" == "$STANDIN_KEY" ]]
 }
 
-if up_to_date; then
-  log "up to date: $BIN (k8s $K8S_VERSION, key $KEY)"
-  printf '%s\n' "$BIN"
-  exit 0
-fi
-
+reuse_if_built "k8s $K8S_VERSION, key $KEY"
 require_go
-mkdir -p "$OUT"
-exec 9>"$OUT/.lock"
-if ! flock -n 9; then
-  log "another build holds $OUT/.lock; waiting"
-  flock 9
-fi
-if up_to_date; then   # another process finished the build while we waited
-  log "up to date: $BIN"
-  printf '%s\n' "$BIN"
-  exit 0
-fi
+lock_cache
 
 cd "$HERE"
 log "k8s.io/kubernetes $K8S_VERSION, $(go env GOVERSION), GOTOOLCHAIN=$GOTOOLCHAIN, cache key $KEY"

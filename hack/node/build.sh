@@ -25,6 +25,10 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TAG="node build"
+SCRIPT=hack/node/build.sh
+# shellcheck source=../lib/buildcache.sh
+source "$HERE/../lib/buildcache.sh"
 CONTAINERD=github.com/containerd/containerd/v2@v2.4.2
 RUNC=github.com/opencontainers/runc@v1.5.3
 CNI=github.com/containernetworking/plugins@v1.10.0
@@ -32,9 +36,6 @@ CNI_PLUGINS=(bridge host-local loopback)
 BINARIES=(containerd ctr containerd-shim-runc-v2 runc "${CNI_PLUGINS[@]}")
 
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
-
-log() { printf '[node build] %s\n' "$*" >&2; }
-die() { printf 'hack/node/build.sh: %s\n' "$*" >&2; exit 1; }
 
 mode=build
 case "${1:-}" in
@@ -44,37 +45,19 @@ case "${1:-}" in
   *) die "unknown argument '$1' (try --help)" ;;
 esac
 
-if [[ -n "${DRAKIT_NODE_BIN_DIR:-}" ]]; then
-  for b in "${BINARIES[@]}"; do
-    [[ -x "$DRAKIT_NODE_BIN_DIR/$b" ]] || die "DRAKIT_NODE_BIN_DIR=$DRAKIT_NODE_BIN_DIR has no executable '$b'"
-  done
-  log "using prebuilt binaries from DRAKIT_NODE_BIN_DIR=$DRAKIT_NODE_BIN_DIR"
-  printf '%s\n' "$DRAKIT_NODE_BIN_DIR"
-  exit 0
-fi
+use_prebuilt DRAKIT_NODE_BIN_DIR "${BINARIES[@]}"
 
-KEY=$(cat "$HERE/build.sh" | sha256sum | cut -c1-12)
-CACHE_ROOT=${DRAKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drakit}/node
+KEY=$(cat "$HERE/build.sh" "$HERE/../lib/buildcache.sh" | sha256sum | cut -c1-12)
+CACHE_ROOT=$(cache_dir node)
 OUT=$CACHE_ROOT/$KEY
 BIN=$OUT/bin
 if [[ $mode == print ]]; then printf '%s\n' "$BIN"; exit 0; fi
 
-up_to_date() {
-  [[ -f "$OUT/.complete" ]] || return 1
-  local b
-  for b in "${BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
-}
-if up_to_date; then
-  log "up to date: $BIN"
-  printf '%s\n' "$BIN"
-  exit 0
-fi
+up_to_date() { have_binaries .complete; }
+reuse_if_built
 
 command -v go >/dev/null 2>&1 || die "Go toolchain not found ('go' is not on PATH; Go >= 1.26 builds the node); prebuilt binaries can be given with DRAKIT_NODE_BIN_DIR"
-mkdir -p "$OUT"
-exec 9>"$OUT/.lock"
-flock -n 9 || { log "another build holds $OUT/.lock; waiting"; flock 9; }
-if up_to_date; then printf '%s\n' "$BIN"; exit 0; fi
+lock_cache
 
 stage=$OUT/stage
 rm -rf "$stage"

@@ -13,6 +13,8 @@ Fixtures:
     fake_node: factory creating schedulable fake Nodes, removed (with their
         ResourceSlices) after the test.
     kubelet_standin: a :class:`KubeletStandIn` for the stand-in binary.
+    kueue_dir: the Kueue build (``hack/kueue/build.sh``), built after collection when tests
+        marked ``kueue`` are selected; ``tests/e2e/kueueproc.py`` runs it.
     real_node: session-scoped :class:`~tests.e2e.realnode.RealNode` (containerd, runc, CNI and
         the real kubelet, registered and Ready), for tests marked ``real_node``; its binaries
         and images are built after collection when such tests are selected.
@@ -38,8 +40,10 @@ from tests.e2e.controlplane import (
     ControlPlane,
     ControlPlaneError,
     KubeletStandIn,
+    fresh_namespace,
     resolve_bin_dir,
 )
+from tests.e2e.kueueproc import KueueError, resolve_kueue_dir
 from tests.e2e.realnode import RealNode, RealNodeError, build_images, resolve_node_bin_dir
 
 from drakit.kube import KubeClient
@@ -49,6 +53,8 @@ _BIN_ERROR = pytest.StashKey[str]()
 _NODE_BUILD = pytest.StashKey[tuple[Path, Path]]()
 _NODE_ERROR = pytest.StashKey[str]()
 _STARTED = pytest.StashKey[ControlPlane]()
+_KUEUE_DIR = pytest.StashKey[Path]()
+_KUEUE_ERROR = pytest.StashKey[str]()
 
 FakeNodeFactory = Callable[..., dict[str, Any]]
 
@@ -85,6 +91,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 config.stash[_NODE_BUILD] = (resolve_node_bin_dir(build=True), build_images())
             except (RealNodeError, OSError, subprocess.SubprocessError) as exc:
                 config.stash[_NODE_ERROR] = str(exc)
+        if any(item.get_closest_marker("kueue") for item in session.items):
+            try:
+                config.stash[_KUEUE_DIR] = resolve_kueue_dir(build=True)
+            except (KueueError, OSError, subprocess.SubprocessError) as exc:
+                config.stash[_KUEUE_ERROR] = str(exc)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -169,12 +180,8 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     Without a kubelet, gracefully deleted pods never go away, so teardown deletes
     them with ``gracePeriodSeconds=0`` first.
     """
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    control_plane.create_namespace(name, {"drakit-e2e": "true"})
-    try:
+    with fresh_namespace(control_plane) as name:
         yield name
-    finally:
-        control_plane.delete_namespace(name)
 
 
 @pytest.fixture
@@ -206,6 +213,15 @@ def kubelet_standin(control_plane: ControlPlane) -> KubeletStandIn:
     if not binary.exists():
         pytest.fail(f"{binary} missing; hack/control-plane/build.sh builds it", pytrace=False)
     return KubeletStandIn(binary, control_plane.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def kueue_dir(request: pytest.FixtureRequest) -> Path:
+    """The Kueue build (``bin/kueue``, ``crd/``, ``webhook/``), for tests marked ``kueue``."""
+    config = request.config
+    if _KUEUE_ERROR in config.stash:
+        pytest.fail(f"Kueue unavailable: {config.stash[_KUEUE_ERROR]}", pytrace=False)
+    return config.stash.get(_KUEUE_DIR, None) or resolve_kueue_dir(build=False)
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -92,7 +93,13 @@ ALPHA_RUNTIME_CONFIG = ("resource.k8s.io/v1alpha3=true",)
 #: API versions served when a gate in the key is enabled (beta APIs are off by default).
 GATED_RUNTIME_CONFIG = {"GenericWorkload": "scheduling.k8s.io/v1beta1=true"}
 
-CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller", "namespace-controller")
+# job-controller: Kueue's e2e runs batch/v1 Jobs (tests/e2e/test_kueue.py); nothing else makes Jobs.
+CONTROLLERS = (
+    "resourceclaim-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "job-controller",
+)
 
 WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
 """The common name of the API server's client certificate for admission webhooks."""
@@ -939,3 +946,16 @@ def wait_for(
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def fresh_namespace(
+    cp: ControlPlane, prefix: str = "e2e", labels: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A namespace ``<prefix>-<random>`` with ``labels``, deleted (pods first) on exit."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cp.create_namespace(name, {"drakit-e2e": "true", **(labels or {})})
+    try:
+        yield name
+    finally:
+        cp.delete_namespace(name)

@@ -201,6 +201,8 @@ class NodeProcess:
         env: Extra environment, e.g. ``{"DRAKIT_CRASH_AT": "prepare-after-cdi"}``.
         settings: Further top-level configuration (merged over the defaults here).
         name: Log file stem (default: the instance id).
+        wrap: A command the node runs under, e.g. :meth:`RealNode.nsenter_argv` (it must
+            ``exec`` the node, so that :attr:`pid` is the node's).
     """
 
     def __init__(
@@ -216,6 +218,7 @@ class NodeProcess:
         env: Mapping[str, str] | None = None,
         settings: Mapping[str, Any] | None = None,
         name: str | None = None,
+        wrap: Sequence[str] = (),
     ) -> None:
         if (profile is None) == (sysfs_root is None):
             raise ValueError("give exactly one of profile and sysfs_root")
@@ -227,6 +230,7 @@ class NodeProcess:
         self.sysfs_root = sysfs_root
         self.instance_id = instance_id
         self.env = dict(env or {})
+        self.wrap = list(wrap)
         self.metrics_port = free_port()
         self.log_path = dirs.root / f"node-{name or instance_id}.log"
         self.config_path = dirs.root / f"config-{name or instance_id}.yaml"
@@ -299,6 +303,7 @@ class NodeProcess:
         if self._proc is not None:
             raise NodeProcessError("already started")
         argv = [
+            *self.wrap,
             *_drakit_argv(),
             "node",
             f"--config={self.config_path}",

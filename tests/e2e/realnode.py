@@ -355,6 +355,14 @@ class RealNode:
         assert self._holder is not None
         return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--"]
 
+    def nsenter_argv(self) -> list[str]:
+        """A command prefix that runs a command in the node's mount namespace (``exec``, no fork).
+
+        Where containerd's pod network namespaces are mounted: a process that must open the
+        paths NRI reports for them (``drakit node`` moving netdevs) runs there.
+        """
+        return self._nsenter()
+
     def _env(self) -> dict[str, str]:
         # No /usr/sbin or /sbin: iptables must not be found (the kubelet would write host chains).
         return {

@@ -17,13 +17,12 @@ kubelet's own DRA manager) prepares through drakit's sockets:
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.controlplane import ControlPlane, KubeletStandIn
+from tests.e2e.controlplane import ControlPlane, KubeletStandIn, fresh_namespace
 from tests.e2e.nodeproc import (
     DRIVERS,
     RESOURCE,
@@ -69,12 +68,9 @@ def node(control_plane: ControlPlane) -> Iterator[Running]:
 @pytest.fixture
 def admin_namespace(control_plane: ControlPlane) -> Iterator[str]:
     """A namespace where claims may ask for adminAccess."""
-    name = f"e2e-admin-{uuid.uuid4().hex[:6]}"
-    control_plane.create_namespace(name, {"resource.kubernetes.io/admin-access": "true"})
-    try:
+    labels = {"resource.kubernetes.io/admin-access": "true"}
+    with fresh_namespace(control_plane, "e2e-admin", labels) as name:
         yield name
-    finally:
-        control_plane.delete_namespace(name)
 
 
 def published(cp: ControlPlane, node: str, driver: str) -> dict[str, dict[str, Any]]:

@@ -364,7 +364,8 @@ def test_a_container_sees_exactly_its_claims_device_nodes_and_env(
     expect: tuple[str, ...],
 ) -> None:
     """GPU, NIC and GPU-NIC pair claims: every node of the claim's CDI spec is a character
-    device in the container, no other accelerator or RDMA node is, and the spec's env is set."""
+    device in the container, no other accelerator or RDMA node is, and the spec's env is set;
+    a GPU's container gets the driver's ``libcuda.so.1`` (bind-mounted by runc from the spec)."""
     cp = control_plane
     claim_template(cp, namespace, "dev", drakit["classes"][device_class])
     log = run_pod(
@@ -372,10 +373,14 @@ def test_a_container_sees_exactly_its_claims_device_nodes_and_env(
         real_node,
         namespace,
         "dev",
-        "find /dev -type c | sort; env | sort",
+        "find /dev -type c | sort; env | sort; cat /usr/local/nvidia/lib64/libcuda.so.1 || true",
         {"d": {"resourceClaimTemplateName": "dev"}},
     )
     uid = pod_claim(cp, namespace, "dev")["metadata"]["uid"]
+    # the driver's libraries come with a GPU's spec (plain CDI: nothing else would bring them);
+    # the simulated libcuda is a stand-in that names itself, mounted under its soname
+    has_libcuda = "simulated libcuda.so." in log
+    assert has_libcuda == (device_class != "amd-ainic"), log
     nodes, env = _claim_edits(drakit["dirs"], uid)
     seen = {line for line in log.splitlines() if line.startswith(DEVICE_DIRS)}
     assert nodes, f"the claim's CDI spec has no device nodes: {drakit['dirs'].cdi_specs()}"

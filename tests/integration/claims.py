@@ -44,6 +44,7 @@ def make_state(
     repairs: list[tuple[str, int]] | None = None,
     *,
     device_metadata: bool = True,
+    **options: Any,
 ) -> DriverState:
     """A pipeline for ``driver`` with its state and CDI directories under ``root``.
 
@@ -55,6 +56,7 @@ def make_state(
         boot_id: The boot it believes it runs in.
         repairs: Gets ``(reason, count)`` for every checkpoint repair.
         device_metadata: Write KEP-5304 files (on here, so the pipeline tests cover them).
+        options: Further ``DriverState`` keywords (``device_root``, ``device_root_mount``).
     """
 
     def on_repair(reason: str, _msg: str, n: int) -> None:
@@ -70,4 +72,5 @@ def make_state(
         boot_id=boot_id,
         on_repair=on_repair if repairs is not None else None,
         device_metadata=device_metadata,
+        **options,
     )

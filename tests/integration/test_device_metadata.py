@@ -16,7 +16,13 @@ import pytest
 from tests.integration.claims import NODE, claim, make_state
 
 from drakit.host.pluginhost import PluginHost
-from drakit.prepare.metadata import API_VERSIONS, MetadataDevice, MetadataWriter, read_metadata
+from drakit.prepare.metadata import (
+    API_VERSIONS,
+    CONTAINER_DIR,
+    MetadataDevice,
+    MetadataWriter,
+    read_metadata,
+)
 from drakit.prepare.pipeline import DriverState
 from drakit.testing import ClaimStore
 
@@ -41,9 +47,17 @@ def published(state: DriverState, device: str) -> dict[str, Any]:
 
 
 def mounts(root: Path, driver: str, uid: str) -> dict[str, list[dict[str, Any]]]:
-    """CDI device name -> its mounts, from the claim's spec."""
+    """CDI device name -> its metadata mounts, from the claim's spec (a GPU's carry the driver's
+    files too)."""
     spec = json.loads((root / "cdi" / f"k8s.{driver}-claim_{uid}.json").read_text())
-    return {d["name"]: d["containerEdits"].get("mounts", []) for d in spec["devices"]}
+    return {
+        d["name"]: [
+            m
+            for m in d["containerEdits"].get("mounts", [])
+            if m["containerPath"].startswith(CONTAINER_DIR)
+        ]
+        for d in spec["devices"]
+    }
 
 
 @pytest.mark.parametrize(

@@ -259,15 +259,7 @@ def test_corrupt_checkpoint_is_moved_aside_and_serving_continues(
     host: PluginHost, claims: ClaimStore, tmp_path: Path
 ) -> None:
     repairs: list[tuple[str, int]] = []
-    state = DriverState(
-        GPU,
-        host,
-        claims,
-        state_dir=tmp_path / "state",
-        cdi_dir=tmp_path / "cdi",
-        boot_id="b",
-        on_repair=lambda r, _m, n: repairs.append((r, n)),
-    )
+    state = make_state(host, claims, tmp_path, boot_id="b", repairs=repairs, device_metadata=False)
     ref = claim(claims, [gpu("gpu-1")])
     assert state.prepare([ref])[ref.uid].error == ""
     cp = tmp_path / "state" / GPU / "checkpoint.json"
@@ -476,13 +468,12 @@ def test_the_charts_device_root_flags_on_simulated_hardware_use_the_simulated_ro
 ) -> None:
     """The chart passes --device-root=/ and a mount of the host's /dev; a simulated node's
     nodes are in its own root, which is read in place."""
-    state = DriverState(
-        GPU,
+    state = make_state(
         host,
         claims,
-        state_dir=tmp_path / "state",
-        cdi_dir=tmp_path / "cdi",
+        tmp_path,
         boot_id="b",
+        device_metadata=False,
         device_root=Path("/"),
         device_root_mount=tmp_path / "not-mounted",
     )

@@ -28,6 +28,8 @@ from tests.helmchart import (
     one,
 )
 
+from drakit.host.settings import NriSettings
+
 # The first test may build helm on a cold cache (make test builds it beforehand).
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("clean_drakit_env")]
 
@@ -507,3 +509,53 @@ def test_locked_in_shares_from_values(
     exprs = {n: [s["cel"]["expression"] for s in spec["selectors"]] for n, spec in got.items()}
     assert any('["cpu-share"]' in e for e in exprs["cpu-share"])
     assert any('["cpu-group","cpu"]' in e for e in exprs["cpu"])  # the groups, not the shares
+
+
+def test_nri_mounts_the_runtimes_socket_directory_only_when_enabled(helm: Helm) -> None:
+    """With config.nri.enabled the node driver reaches the runtime's NRI socket (docs/nri.md)."""
+    off = one(helm.template(), "DaemonSet")["spec"]["template"]["spec"]
+    assert "nri" not in {v["name"] for v in off["volumes"]}
+    objects = helm.template({"config": {"nri": {"enabled": True, "socket": "/run/nri/x.sock"}}})
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "nri"]
+    assert volume["hostPath"] == {"path": "/run/nri", "type": "Directory"}
+    [mount] = [m for m in node_container(objects)["volumeMounts"] if m["name"] == "nri"]
+    assert mount["mountPath"] == "/run/nri"
+    nri = drakit_yaml(objects)["nri"]
+    assert nri == {
+        "enabled": True,
+        "socket": "/run/nri/x.sock",
+        "fail_closed": True,
+        "memory_nodes": False,
+    }
+    assert NriSettings.model_validate(nri).socket == Path("/run/nri/x.sock")
+
+
+def test_pod_network_namespaces_are_mounted_for_netdev_moves_only_with_nri_and_the_nic(
+    helm: Helm,
+) -> None:
+    """With NRI and the AINIC backend, the node driver opens the netns paths NRI reports."""
+
+    def netns(values: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        objects = helm.template(values)
+        pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+        volumes = [v for v in pod["volumes"] if v["name"] == "netns"]
+        mounts = [m for m in node_container(objects)["volumeMounts"] if m["name"] == "netns"]
+        return volumes, mounts
+
+    nic = {"backends": {"amd_ainic": {"enabled": True}}}
+    assert netns(nic) == ([], []), "without NRI nothing moves"
+    nri = {"config": {"nri": {"enabled": True}}}
+    assert netns(nri) == ([], []), "without a backend that moves netdevs"
+    volumes, mounts = netns({**nic, **nri})
+    assert volumes == [
+        {"name": "netns", "hostPath": {"path": "/var/run/netns", "type": "DirectoryOrCreate"}}
+    ]
+    assert mounts == [
+        {
+            "name": "netns",
+            "mountPath": "/var/run/netns",
+            "mountPropagation": "HostToContainer",
+            "readOnly": True,
+        }
+    ]

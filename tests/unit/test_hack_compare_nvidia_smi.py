@@ -6,13 +6,15 @@ The script itself runs only on a GPU node; what can be checked here is that it r
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.hackscript import load_hack_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "compare-nvidia-smi.py"
 XML = """<?xml version="1.0" ?>
 <nvidia_smi_log>
   <driver_version>580.126.20</driver_version>
@@ -29,12 +31,7 @@ XML = """<?xml version="1.0" ?>
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_nvidia_smi", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_hack_script("compare-nvidia-smi.py")
 
 
 def row(**attrs: object) -> dict[str, object]:
@@ -76,3 +73,28 @@ def test_every_disagreement_is_named(script: ModuleType) -> None:
     ]
     only_smi = script.compare({}, script.parse_smi(XML))
     assert only_smi == ["0000:1b:00.0: nvidia-smi lists a GPU that drakit did not publish"]
+
+
+@pytest.mark.parametrize("config", ["default", "nvidia-only"])
+def test_gpus_are_found_under_any_driver(script: ModuleType, tmp_path: Path, config: str) -> None:
+    """With the composite on (the default) the GPUs are under its driver: 0 GPUs were found."""
+    args = ["discover", "--profile", "h200-8gpu-8ainic", "-o", "json"]
+    if config == "nvidia-only":
+        cfg = tmp_path / "drakit.yaml"
+        cfg.write_text("plugins:\n  nvidia_gpu: {}\n")
+        args += ["--config", str(cfg)]
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "drakit"), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = json.loads(out)
+    drivers = {r["driver"] for r in rows if r["plugin"] == "nvidia_gpu"}
+    ours = script.parse_drakit(rows)
+    assert len(ours) == 8
+    assert all(v["uuid"].startswith("GPU-") for v in ours.values())
+    if config == "default":
+        assert drivers == {"pairs.composite.drakit.io"}
+    else:
+        assert drivers == {"gpu.nvidia.drakit.io"}

@@ -47,6 +47,11 @@ def test_a_node_without_a_cluster_loads_neither_the_kubernetes_client_nor_cel() 
     assert _loaded_after(_NODE_MODULES, heavy) == []
 
 
+def test_a_node_without_nri_loads_no_nri() -> None:
+    """drakit's NRI plugin (and NRI's generated messages) load only with ``nri.enabled``."""
+    assert _loaded_after(_NODE_MODULES, ("drakit.nri", "drakit.enforce.enforcer")) == []
+
+
 def test_the_kubernetes_client_loads_with_drakit_kube() -> None:
     assert _loaded_after(("drakit.kube",), ("kubernetes", "urllib3")) == ["kubernetes", "urllib3"]
 

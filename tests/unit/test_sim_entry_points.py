@@ -40,13 +40,15 @@ REPO = Path(__file__).resolve().parents[2]
 # Digests of every profile's tree (paths, file bytes, symlink targets), taken on the commit
 # before vendor parts moved out of core (c811c26): the move must not change a byte. The three
 # profiles with H100/H200 GPUs were taken again when the fake NVML's Hopper table gained the
-# 1g.10gb+me profile (c0c4c72): their drakit-sim/nvml.json is the only file that changed.
+# 1g.10gb+me profile (c0c4c72): their drakit-sim/nvml.json is the only file that changed; and
+# again when the NVIDIA driver's user space was added (usr/, run/, lib/firmware: the NVIDIA
+# backend's driver_files): without those three directories the trees gave the digests before.
 BEFORE = {
-    "dgx-h100": "281503c2300752b2f4df79c96c05681d7b5c259a522b5c9238b4b76a1cf4fdd9",
+    "dgx-h100": "b8bec1cbc15e6447beb8a72875825af1ff86aa8236d926267cd8c0053c815f08",
     "epyc-genoa-2s": "df7584ea2166124f0d43866ea45332b8278d51a6d2a78fe2779d04e5a14f518d",
     "epyc-genoa-2s-nps4": "747150aa1d5b7d2fbe86b5e24626bab355a1ec7b799cc6fce65135f5b7f8ed3f",
-    "h200-8gpu-8ainic": "4a5214c34ddc8127d0d011db41c3b0e930070a0dfcd789fca6f7ea5290102fd9",
-    "h200-8gpu-8ainic-sriov": "337ccbd37cdfa320bb08cb562cf98b2d9f4280b04c657c70ea96676386afa266",
+    "h200-8gpu-8ainic": "7322ff00a7a7c5a1be0425827bfd839795c469ada99bc81f3fe3132a08fc2fad",
+    "h200-8gpu-8ainic-sriov": "94749d3db5944eaa587ed94ee4b6594a56f332c4572785fb86b081a9f8dca209",
     "mi300x-8gpu-8ainic": "ab1ad9fd46a065c28e51594e42bfc16bcf6868d0964cb3b285745cad7f31cfea",
     "mi300x-8gpu-8ainic-16vf": "4f16844953a9bd9f320f44a5e8e0f4ae9110f2a2eb7f76701f55c2ade77c0418",
     "minimal-1s": "672a630cec5df694f2ca2b8921da33d5e358bde7c0bb9d32eeb734b9bd8db751",

@@ -21,8 +21,16 @@ from typing import Any
 import pytest
 
 from drakit.errors import PermanentError
+from drakit.prepare.cdi import CdiWriter
 from drakit.prepare.checkpoint import Checkpoint, CheckpointStore
-from drakit.statefiles import STATE_FILE_API_VERSION, StateDir, StateFile
+from drakit.prepare.metadata import MetadataDevice, MetadataWriter
+from drakit.statefiles import (
+    PUBLIC_FILE_MODE,
+    STATE_FILE_API_VERSION,
+    StateDir,
+    StateFile,
+    write_atomic,
+)
 
 CORRUPT = re.compile(r"ledger\.json\.corrupt-\d{8}T\d{6}-\d+-[0-9a-f]{8}")
 
@@ -192,6 +200,51 @@ def test_a_thing_planted_at_the_temp_name_is_replaced_not_followed(
     within(5, lambda: sf.write({"a": 1}))
     assert sf.read() == {"a": 1}
     assert victim.read_text() == "keep"
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_write_atomic_gives_the_mode_asked_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "public.json", b"{}", mode=PUBLIC_FILE_MODE, sync_dir=False)
+        write_atomic(tmp_path / "private.json", b"{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "public.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("planted", ["fifo", "link"])
+def test_cdi_spec_and_metadata_writers_share_the_helper(tmp_path: Path, planted: str) -> None:
+    """A FIFO at a CDI spec's temp name used to block the writer (no ``O_NONBLOCK``)."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    cdi = CdiWriter(tmp_path / "cdi", "gpu.example.com")
+    meta = MetadataWriter(tmp_path / "meta", "gpu.example.com")
+    (tmp_path / "cdi").mkdir()
+    (tmp_path / "meta" / "uid-1" / "req").mkdir(parents=True)
+    temps = [
+        tmp_path / "cdi" / f".{cdi.spec_name('uid-1')}.tmp",
+        tmp_path / "meta" / "uid-1" / "req" / ".metadata.json.tmp",
+    ]
+    for tmp in temps:
+        if planted == "fifo":
+            os.mkfifo(tmp)
+        else:
+            tmp.symlink_to(victim)
+    name = within(5, lambda: cdi.write("uid-1", {"cdiVersion": "0.5.0", "devices": []}))
+    dev = MetadataDevice(driver="gpu.example.com", pool="p", name="gpu-0")
+    paths = within(
+        5,
+        lambda: meta.write(
+            namespace="ns", name="c", uid="uid-1", pod_claim_name=None, requests={"req": [dev]}
+        ),
+    )
+    for path in (tmp_path / "cdi" / name, paths["req"]):
+        assert stat.S_IMODE(path.lstat().st_mode) == 0o644
+        assert stat.S_ISREG(path.lstat().st_mode)
+    assert victim.read_text() == "keep"
+    assert not any(t.exists() or t.is_symlink() for t in temps)
 
 
 def test_checkpoint_write_does_not_block_on_a_fifo_at_its_temp_name(tmp_path: Path) -> None:

@@ -27,7 +27,10 @@ Lifecycle, in order:
 6. ``drakit_device_health`` (collect), polled;
 7. ``drakit_shape_request`` (firstresult, by strategy), from the admission webhook and CLI;
 8. ``drakit_device_classes`` (routed), from ``drakit deviceclasses``;
-9. ``drakit_node_labels`` (collect), after each discovery round of ``drakit node``.
+9. ``drakit_node_labels`` (collect), after each discovery round of ``drakit node``;
+10. with NRI enabled (``nri.enabled``): ``drakit_pod_sandbox_start`` (routed) when a pod's
+    sandbox starts, ``drakit_container_resources`` (routed) when a container is created and
+    whenever held devices change, ``drakit_pod_sandbox_stop`` (routed) when the sandbox stops.
 """
 
 from __future__ import annotations
@@ -42,11 +45,14 @@ from pydantic import BaseModel
 from drakit.deviceclasses import DeviceClassSpec
 from drakit.models import (
     ClaimInfo,
+    ContainerResources,
+    ContainerView,
     Device,
     DeviceHealth,
     DeviceInventory,
     DeviceKey,
     NodeInfo,
+    PodSandboxView,
     PreparedDevice,
 )
 from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClaim, SimpleRequest
@@ -363,4 +369,98 @@ def drakit_node_labels(
         values leaves that key out (a warning names both).
 
     Call mode: collect, each backend asked alone. Pure: core writes the labels.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# enforcement hooks (the container runtime, through NRI; since hook API 1.2)
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def drakit_container_resources(
+    container: ContainerView, devices: Sequence[PreparedDevice], held: Sequence[PreparedDevice]
+) -> ContainerResources | None:
+    """Say what a container's cpuset (CPUs, memory nodes) must be.
+
+    Called by drakit's NRI plugin (``nri.enabled``) when the runtime creates a container, for
+    every container at NRI's Synchronize, and again for every running container whenever a
+    prepare or unprepare of the driver changes ``held``; core sends the runtime an update for
+    each container whose answer changed. Every plugin of the driver is asked about every
+    container, so a plugin can also place containers that use none of its devices.
+
+    Args:
+        container: the container as the runtime reports it (its pod, its CDI devices).
+        devices: this plugin's prepared devices that the container uses, found from the
+            container's CDI device names, which drakit chose at prepare. A claim shared by
+            several pods or containers gives each of them its devices. Empty when the container
+            uses none of this plugin's devices.
+        held: every device this plugin has prepared for any claim on the node (from the
+            checkpoint), ``devices`` included.
+
+    Returns:
+        A :class:`~drakit.models.ContainerResources` (``None`` in a field: no opinion), or
+        ``None`` for no opinion at all. The CPU backend answers the claim's CPUs for a
+        container with devices and the shared pool (online CPUs minus those held exclusively)
+        for one without.
+
+    Raises:
+        drakit.errors.PermanentError / RetryableError: at container creation, the runtime
+            fails the creation with the message (the kubelet retries); at a later update, the
+            error is logged and the container keeps its cpuset.
+
+    Call mode: routed to each plugin of the driver on its own (core merges their answers),
+    and firstresult. Pure: it computes, it changes nothing; calls for one driver are
+    serialised with prepare and unprepare, so ``held`` cannot change under the hook.
+    """
+
+
+@hookspec(firstresult=True)
+def drakit_pod_sandbox_start(
+    sandbox: PodSandboxView, claim_uid: str, devices: Sequence[PreparedDevice]
+) -> Sequence[PreparedDevice] | None:
+    """Configure what belongs inside a pod's sandbox when it starts (e.g. move a netdev in).
+
+    Called by drakit's NRI plugin at RunPodSandbox, once per claim of this plugin that the pod
+    uses (core maps the pod's UID to claims through the claim's ``status.reservedFor``,
+    recorded at prepare).
+
+    Args:
+        sandbox: the pod sandbox, with the path of its network namespace.
+        claim_uid: the claim's UID.
+        devices: this plugin's prepared devices of the claim (from the checkpoint).
+
+    Returns:
+        The devices with updated ``network_data`` (the in-pod interface name, addresses),
+        which core writes to the claim's ``status.devices[].networkData``; or ``None`` when
+        nothing changed.
+
+    Raises:
+        drakit.errors.PermanentError / RetryableError: the sandbox creation fails with the
+            message; the kubelet retries it.
+
+    Call mode: routed to the owning plugin, and firstresult. Idempotent: the runtime may
+    send the same sandbox again (a retry, a restart of drakit); repeat no side effect.
+    """
+
+
+@hookspec(firstresult=True)
+def drakit_pod_sandbox_stop(
+    sandbox: PodSandboxView, claim_uid: str, devices: Sequence[PreparedDevice]
+) -> bool | None:
+    """Undo what ``drakit_pod_sandbox_start`` did for a claim (move the netdev back).
+
+    Called by drakit's NRI plugin at StopPodSandbox and RemovePodSandbox, and at Synchronize
+    for claims whose sandbox no longer exists.
+
+    Args:
+        sandbox: the pod sandbox (its network namespace may already be gone).
+        claim_uid: the claim's UID.
+        devices: this plugin's prepared devices of the claim (from the checkpoint).
+
+    Returns:
+        ``True`` (or ``None``) when done.
+
+    Call mode: routed to the owning plugin, and firstresult. Idempotent and tolerant: a
+    netdev already back in the host namespace, or a namespace that vanished, is not an error.
     """

@@ -38,6 +38,8 @@ __all__ = [
     "ClaimPrepareResult",
     "ClaimRef",
     "ClaimUnprepareResult",
+    "ContainerResources",
+    "ContainerView",
     "CounterConsumption",
     "CounterSet",
     "Device",
@@ -49,7 +51,11 @@ __all__ = [
     "DeviceTaint",
     "EnvEntry",
     "NetworkData",
+    "NodeAllocatableMapping",
+    "NodeAllocatableResource",
     "NodeInfo",
+    "PodRef",
+    "PodSandboxView",
     "PreparedDevice",
     "PreparedDeviceRef",
     "Quantity",
@@ -323,6 +329,24 @@ class DeviceKey(_Frozen):
         return f"{self.driver}/{self.pool}/{self.device}"
 
 
+class NodeAllocatableMapping(_Frozen):
+    """How allocating a device counts against a node-allocatable resource (KEP-5517).
+
+    ``capacity_key``: the device's capacity whose consumed amount is counted (times
+    ``capacity_multiplier``); ``device_multiplier``: an amount counted per allocated device.
+    """
+
+    capacity_key: str | None = Field(default=None, alias="capacityKey", max_length=63)
+    capacity_multiplier: Quantity | None = Field(default=None, alias="capacityMultiplier")
+    device_multiplier: Quantity | None = Field(default=None, alias="deviceMultiplier")
+
+
+class NodeAllocatableResource(_Frozen):
+    """One ``Device.nodeAllocatableResources`` entry (alpha ``DRANodeAllocatableResources``)."""
+
+    mapping: NodeAllocatableMapping
+
+
 class Device(_Frozen):
     """A device as a plugin discovers it; rendered into a ResourceSlice by core.
 
@@ -338,6 +362,14 @@ class Device(_Frozen):
     taints: tuple[DeviceTaint, ...] = ()
     allow_multiple_allocations: bool | None = Field(default=None, alias="allowMultipleAllocations")
     pool: str | None = None
+    node_allocatable_resources: dict[str, NodeAllocatableResource] = Field(
+        default_factory=dict,
+        alias="nodeAllocatableResources",
+        description=(
+            "KEP-5517: the node-allocatable resources (cpu, memory) an allocation of this device "
+            "stands for, so the scheduler does not count them twice"
+        ),
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -657,3 +689,49 @@ class ClaimUnprepareResult(_Frozen):
     """The result of unpreparing one claim: empty error on success."""
 
     error: str = ""
+
+
+# --- enforcement through the container runtime (NRI; hook API 1.2) -----------------------------
+
+
+class PodRef(_Frozen):
+    """A pod as the container runtime names it: its UID, namespace and name."""
+
+    uid: str
+    namespace: str
+    name: str
+
+
+class PodSandboxView(_Frozen):
+    """A pod sandbox as the runtime reports it to drakit's NRI plugin.
+
+    ``netns`` is the path of the pod's network namespace (from the sandbox's Linux
+    namespaces), ``None`` for a host-network pod; ``ips`` are the pod's addresses, when the
+    runtime knows them.
+    """
+
+    id: str
+    pod: PodRef
+    netns: str | None = None
+    ips: tuple[str, ...] = ()
+
+
+class ContainerView(_Frozen):
+    """A container as the runtime reports it to drakit's NRI plugin.
+
+    ``cdi_devices`` are the fully qualified CDI device names the runtime injected into it
+    (``vendor/class=name``), drakit's among them; core finds the container's devices from them.
+    """
+
+    id: str
+    name: str
+    pod: PodRef
+    sandbox_id: str
+    cdi_devices: tuple[str, ...] = ()
+
+
+class ContainerResources(_Frozen):
+    """What a plugin wants a container's cpuset to be; ``None`` in a field means no opinion."""
+
+    cpus: frozenset[int] | None = None
+    mems: frozenset[int] | None = None

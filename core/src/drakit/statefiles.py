@@ -253,13 +253,25 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> os.stat_result:
+def write_atomic(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int = PRIVATE_FILE_MODE,
+    dir_fd: int | None = None,
+    sync_dir: bool = True,
+) -> os.stat_result:
     """Replace ``path`` by ``data``: temp file, fsync, rename, fsync of the directory.
 
     The temp file is ``.<name>.tmp`` beside ``path`` (a fixed name: callers serialise their
     writers, as the driver's lock does); whatever is planted there (a link, a FIFO, a device)
-    is removed, never followed or blocked on. ``dir_fd``: an open handle of the directory to
-    fsync (kept by callers that write often); without it the directory is opened for the call.
+    is removed, never followed or blocked on. ``mode``: the file's mode whatever the umask
+    (:data:`PRIVATE_FILE_MODE` for state, :data:`PUBLIC_FILE_MODE` for what a container runtime
+    reads). ``dir_fd``: an open handle of the directory to fsync (kept by callers that write
+    often); without it the directory is opened for the call. ``sync_dir=False`` skips the
+    directory's fsync: for files whose loss in a power cut the caller repairs from its own
+    durable record (a claim whose CDI spec is missing is prepared again, from its checkpoint
+    record).
     Returns the ``fstat`` of the file written.
 
     Raises:
@@ -271,7 +283,7 @@ def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> os.st
     fd = -1
     for _ in range(3):
         try:
-            fd = os.open(tmp, flags, PRIVATE_FILE_MODE)
+            fd = os.open(tmp, flags, mode)
         except OSError as e:
             if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EWOULDBLOCK):
                 raise
@@ -286,7 +298,7 @@ def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> os.st
         raise PermanentError(f"{tmp} keeps being replaced by something that is not a plain file")
     try:
         try:
-            os.fchmod(fd, PRIVATE_FILE_MODE)
+            os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
@@ -299,7 +311,9 @@ def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> os.st
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    if dir_fd is not None:
+    if not sync_dir:
+        pass
+    elif dir_fd is not None:
         os.fsync(dir_fd)
     else:
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -56,6 +56,19 @@ def test_a_full_config_parses(host: SimHost) -> None:
         ({"vf": {"spoofchk": True}}, "vf.spoofchk", ""),
         ({"rdma": {"enabled": "maybe"}}, "rdma.enabled", "boolean"),
         ({"queus": 4}, "queus", ""),
+        ({"interface": {"name": "a-very-long-name0"}}, "interface.name", "1 to 15 bytes"),
+        ({"interface": {"name": "net/1"}}, "interface.name", "no '/', ':'"),
+        ({"interface": {"name": "lo"}}, "interface.name", "loopback"),
+        ({"interface": {"mtu": 67}}, "interface.mtu", "68"),
+        ({"interface": {"addresses": ["10.0.0.5"]}}, "interface.addresses", "CIDR form"),
+        ({"interface": {"addresses": ["10.0.0.500/24"]}}, "interface.addresses", "CIDR form"),
+        ({"interface": {"addresses": ["224.0.0.1/4"]}}, "interface.addresses", "unicast"),
+        (
+            {"interface": {"addresses": ["10.0.0.5/24", "10.0.0.5/24"]}},
+            "interface.addresses",
+            "listed twice",
+        ),
+        ({"interface": {"nmae": "net1"}}, "interface.nmae", ""),
     ],
 )
 def test_errors_name_the_field(host: SimHost, fields: dict[str, Any], path: str, fix: str) -> None:
@@ -69,3 +82,14 @@ def test_errors_name_the_field(host: SimHost, fields: dict[str, Any], path: str,
 def test_other_kinds_are_not_ours(host: SimHost) -> None:
     with pytest.raises(ConfigInvalid):
         host.parse_config(DRIVER, {"apiVersion": "cpu.drakit.io/v1alpha1", "kind": "CpuConfig"})
+
+
+def test_interface_parses_and_normalises_addresses(host: SimHost) -> None:
+    got = host.parse_config(
+        DRIVER,
+        {**BASE, "interface": {"name": "net1", "mtu": 9000, "addresses": ["FD00::5/64"]}},
+    )
+    assert isinstance(got, NicConfig)
+    assert got.interface is not None
+    assert (got.interface.name, got.interface.mtu) == ("net1", 9000)
+    assert got.interface.addresses == ("fd00::5/64",)

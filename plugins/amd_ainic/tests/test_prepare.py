@@ -386,3 +386,43 @@ def test_after_a_reboot_the_ledger_is_void_and_every_share_is_prepared_again(
         )
         assert kernel.refused == []
         state.close()
+
+
+def test_interface_is_recorded_for_the_sandbox_start_and_refused_where_it_cannot_move() -> None:
+    iface = {"name": "net1", "mtu": 4000, "addresses": ["10.0.0.5/24"]}
+    with ainic_node("h200-8gpu-8ainic") as node:
+        ref = node.add("c1", [("nic", "ainic-3", None)], [nic_config(interface=iface)])
+        plain = node.add("c2", [("nic", "ainic-4", None)])
+        res = node.prepare(ref, plain)
+        assert not res[ref.uid].error, res[ref.uid].error
+        (dev,) = node.prepared(ref)
+        assert dev.state["move"] == iface
+        assert dev.state["ifname"] == "enp94s0"
+        (other,) = node.prepared(plain)
+        assert "move" not in other.state, "no interface, move_netdevs: configured"
+    with ainic_node("h200-8gpu-8ainic", move_netdevs="never") as node:
+        ref = node.add("c1", [("nic", "ainic-3", None)], [nic_config(interface={})])
+        err = node.prepare(ref)[ref.uid].error
+        assert "NicConfig interface: moving netdevs into pods is off on this node" in err
+        assert "move_netdevs: never" in err
+    with ainic_node("h200-8gpu-8ainic", move_netdevs="always") as node:
+        ref = node.add("c1", [("nic", "ainic-3", None)])
+        assert not node.prepare(ref)[ref.uid].error
+        (dev,) = node.prepared(ref)
+        assert dev.state["move"] == {}, "always: moved under its host name"
+    with ainic_node("h200-8gpu-8ainic", rdma_netns_mode="exclusive") as node:
+        ref = node.add("c1", [("nic", "ainic-3", None)], [nic_config(interface={})])
+        ok = node.add(
+            "c2", [("nic", "ainic-4", None)], [nic_config(interface={}, rdma={"enabled": False})]
+        )
+        res = node.prepare(ref, ok)
+        assert "RDMA netns mode is exclusive, where RDMA device ionic_3" in res[ref.uid].error
+        assert not res[ok.uid].error
+    with ainic_node("h200-8gpu-8ainic", default_mode="shared", shares_per_vf=2) as node:
+        ref = node.add("a", [("nic", "ainic-0", SHARE)], [nic_config(interface={"name": "n"})])
+        err = node.prepare(ref)[ref.uid].error
+        assert "NicConfig interface: this VF is shared by up to 2 claims" in err
+    with ainic_node("h200-8gpu-8ainic", default_mode="shared") as node:
+        ref = node.add("a", [("nic", "ainic-0", SHARE)], [nic_config(interface={"mtu": 9216})])
+        err = node.prepare(ref)[ref.uid].error
+        assert "NicConfig interface.mtu: 9216 is above the PF's MTU" in err

@@ -111,9 +111,12 @@ def test_mps_sets_exclusive_process_and_gives_the_client_environment(
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M,1=10240M"
         assert a.edits.env == b.edits.env
-        assert [m.to_cdi() for m in a.edits.mounts] == [
-            {"hostPath": "/run/mps", "containerPath": "/run/mps", "options": ["rbind", "rw"]},
-        ]
+        assert a.edits.mounts[0].to_cdi() == {  # then the driver's files (test_driver_files)
+            "hostPath": "/run/mps",
+            "containerPath": "/run/mps",
+            "options": ["rbind", "rw"],
+        }
+        assert [m for m in a.edits.mounts if m.container_path == "/run/mps"] == [a.edits.mounts[0]]
         host.unprepare("nvidia_gpu", "uid-1", [a, b])
     assert (compute_mode(root, 0), compute_mode(root, 1)) == (0, 0)
 

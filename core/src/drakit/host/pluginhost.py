@@ -31,7 +31,17 @@ from drakit.host.discovery import Discovered, discover
 from drakit.host.loader import HookRegistry, load_backends, load_strategies
 from drakit.host.members import MemberCalls, MemberSession
 from drakit.host.settings import DrakitSettings
-from drakit.models import ClaimInfo, Device, DeviceHealth, DeviceKey, NodeInfo, PreparedDevice
+from drakit.models import (
+    ClaimInfo,
+    ContainerResources,
+    ContainerView,
+    Device,
+    DeviceHealth,
+    DeviceKey,
+    NodeInfo,
+    PodSandboxView,
+    PreparedDevice,
+)
 from drakit.statefiles import StateDir
 from drakit.strategy_models import SelectionRequest, SelectionResult, ShapedClaim, SimpleRequest
 
@@ -220,6 +230,54 @@ class PluginHost:
     def unprepare(self, plugin: str, claim_uid: str, prepared: Sequence[PreparedDevice]) -> None:
         """Call ``plugin``'s unprepare hook."""
         self._only(plugin, "drakit_unprepare_devices")(claim_uid=claim_uid, prepared=list(prepared))
+
+    # -- enforcement (NRI) -------------------------------------------------------------------
+
+    def container_resources(
+        self,
+        plugin: str,
+        container: ContainerView,
+        devices: Sequence[PreparedDevice],
+        held: Sequence[PreparedDevice],
+    ) -> ContainerResources | None:
+        """``plugin``'s answer for a container's cpuset (``None``: no opinion).
+
+        Raises:
+            PermanentError: the plugin returned something other than ``ContainerResources``.
+        """
+        hook = "drakit_container_resources"
+        res = self._only(plugin, hook)(container=container, devices=list(devices), held=list(held))
+        if res is not None and not isinstance(res, ContainerResources):
+            raise PermanentError(
+                f"plugin {plugin!r} returned {type(res).__name__} from {hook}; "
+                "return a drakit.models.ContainerResources or None"
+            )
+        return res
+
+    def pod_sandbox_start(
+        self,
+        plugin: str,
+        sandbox: PodSandboxView,
+        claim_uid: str,
+        devices: Sequence[PreparedDevice],
+    ) -> list[PreparedDevice] | None:
+        """``plugin``'s ``drakit_pod_sandbox_start`` for one claim (``None``: nothing changed)."""
+        res = self._only(plugin, "drakit_pod_sandbox_start")(
+            sandbox=sandbox, claim_uid=claim_uid, devices=list(devices)
+        )
+        return None if res is None else list(res)
+
+    def pod_sandbox_stop(
+        self,
+        plugin: str,
+        sandbox: PodSandboxView,
+        claim_uid: str,
+        devices: Sequence[PreparedDevice],
+    ) -> None:
+        """``plugin``'s ``drakit_pod_sandbox_stop`` for one claim."""
+        self._only(plugin, "drakit_pod_sandbox_stop")(
+            sandbox=sandbox, claim_uid=claim_uid, devices=list(devices)
+        )
 
     def health(self) -> dict[str, list[DeviceHealth]]:
         """Health per plugin."""

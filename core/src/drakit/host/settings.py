@@ -47,6 +47,7 @@ __all__ = [
     "DrakitSettings",
     "HealthSettings",
     "MetricsSettings",
+    "NriSettings",
     "env_variable",
     "known_keys",
     "load_settings",
@@ -161,6 +162,36 @@ class MetricsSettings(BaseModel):
     port: int = Field(default=8080, ge=0, le=65535, description="0 picks a free port")
 
 
+class NriSettings(BaseModel):
+    """``nri``: enforcement through the container runtime's NRI socket (``docs/nri.md``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        default=False,
+        description="Run drakit's NRI plugin: pin CPU claims, keep other containers off them",
+    )
+    socket: _Path = Field(default=Path("/var/run/nri/nri.sock"), description="The NRI socket")
+    plugin_name: str = Field(
+        default="drakit", pattern=r"^[a-zA-Z0-9_.+-]+$", description="Name registered with NRI"
+    )
+    plugin_index: str = Field(
+        default="50",
+        pattern=r"^[0-9]{2}$",
+        description="Two-digit NRI index; the runtime calls plugins in ascending order",
+    )
+    fail_closed: bool = Field(
+        default=True,
+        description=(
+            "A container using a drakit claim does not start unless drakit's NRI plugin "
+            "processed it (each claim's CDI spec carries a mount only the plugin removes)"
+        ),
+    )
+    memory_nodes: bool = Field(
+        default=False, description="Also set cpuset.mems to the NUMA nodes of the CPUs"
+    )
+
+
 class TopologyLabelSettings(BaseModel):
     """The Node labels under ``topology.drakit.io/`` that ``drakit node`` keeps (multi-node.md)."""
 
@@ -233,6 +264,7 @@ class DrakitSettings(BaseSettings):
     health: HealthSettings = HealthSettings()
     metrics: MetricsSettings = MetricsSettings()
     topology_labels: TopologyLabelSettings = TopologyLabelSettings()
+    nri: NriSettings = NriSettings()
 
     known_plugins: ClassVar[tuple[str, ...]] = ()
 

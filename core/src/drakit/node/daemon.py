@@ -28,13 +28,16 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from drakit.context import SkippedItem
+from drakit.enforce.guard import guard_mount
+from drakit.enforce.index import DeviceIndex, Holding
+from drakit.enforce.state import NriState
 from drakit.errors import DrakitError, PermanentError, RetryableError
 from drakit.host.inventory import Inventory, InventorySnapshot
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.kubelet import HealthBroadcaster, KubeletPluginServer, grpc_initialised
-from drakit.models import Device, DeviceHealth, DeviceKey
+from drakit.models import Device, DeviceHealth, DeviceKey, PreparedDevice
 from drakit.node.health import (
     UNHEALTHY_TAINT,
     Unhealthy,
@@ -46,12 +49,13 @@ from drakit.node.labels import PREFIX as LABEL_PREFIX
 from drakit.node.labels import LabelKeeper, keep_failed
 from drakit.node.labels import merge as merge_labels
 from drakit.node.metrics import Metrics, ProbeServer
-from drakit.prepare.checkpoint import read_boot_id
+from drakit.prepare.checkpoint import ClaimPhase, read_boot_id
 from drakit.prepare.pipeline import ClaimSource, DriverState
 from drakit.publish.publisher import ResourceSlicePublisher
 from drakit.publish.render import PoolSpec
 
 if TYPE_CHECKING:
+    from drakit.enforce.enforcer import Enforcer  # NRI loads only with nri.enabled
     from drakit.kube import KubeClient  # the Kubernetes client loads only where a node has one
 
 __all__ = ["UNHEALTHY_TAINT", "Node"]
@@ -121,6 +125,7 @@ class Node:
         self._daemon = False  # set by run(): this node is the process's entry point
         self._labels: LabelKeeper | None = None
         self._label_parts: dict[str, dict[str, str]] = {}
+        self.enforcer: Enforcer | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -181,6 +186,11 @@ class Node:
                 device_root=s.device_root,
                 device_root_mount=s.device_root_mount,
                 device_metadata=s.device_metadata,
+                guard=(
+                    functools.partial(guard_mount, s.state_dir, driver)
+                    if s.nri.enabled and s.nri.fail_closed
+                    else None
+                ),
             )
             self.states[driver] = state
             try:  # networkData a crash kept from the API server (written in the background)
@@ -202,6 +212,8 @@ class Node:
                 self.servers[driver] = server
         if self.kube is not None and s.topology_labels.enabled:
             self._labels = LabelKeeper(self.kube, node_name)
+        if s.nri.enabled:
+            self._start_nri()
         if self.kube is not None:
             self.publisher = ResourceSlicePublisher(
                 self.kube,
@@ -244,6 +256,76 @@ class Node:
         if self._daemon:
             _return_free_heap()
 
+    def _start_nri(self) -> None:
+        """Drakit's NRI plugin: enforcement of the claims inside containers (docs/nri.md)."""
+        from drakit.enforce.enforcer import Enforcer  # noqa: PLC0415 - NRI only when enabled
+        from drakit.nri import Plugin  # noqa: PLC0415
+
+        nri = self.settings.nri
+        for driver in self.states:  # the guard's source must never exist
+            source = guard_mount(self.settings.state_dir, driver, "x").host_path
+            with suppress(FileNotFoundError):
+                os.unlink(source)
+                log.warning("removed %s: it must not exist (the NRI fail-closed guard)", source)
+        self.enforcer = Enforcer(
+            self._the_host(),
+            self.device_index,
+            memory_nodes=nri.memory_nodes,
+            network_data=self._network_data,
+            # of two instances on the node (a rolling update) only one may be registered
+            lock_path=self.settings.state_dir / "nri.lock",
+        )
+        plugin = Plugin(
+            self.enforcer,
+            name=nri.plugin_name,
+            index=nri.plugin_index,
+            socket_path=nri.socket,
+        )
+        for state in self.states.values():
+            state.on_change = self.enforcer.held_changed
+        self.enforcer.start(plugin)
+        log.info(
+            "NRI: enforcing through %s as %s-%s (fail closed: %s)",
+            nri.socket,
+            nri.plugin_index,
+            nri.plugin_name,
+            "on" if nri.fail_closed else "off",
+        )
+
+    def device_index(self) -> DeviceIndex:
+        """What every driver holds now, from the checkpoints (the NRI plugin's view)."""
+        host = self._the_host()
+        by_cdi: dict[str, Holding] = {}
+        held: dict[tuple[str, str], list[PreparedDevice]] = {}
+        pods: dict[str, list[tuple[str, str]]] = {}
+        claim_devices: dict[tuple[str, str], dict[str, list[PreparedDevice]]] = {}
+        plugins = {d: host.plugins_for_driver(d) for d in self.states}
+        for driver, state in self.states.items():
+            for uid, rec in state.prepared_claims().items():
+                if rec.phase == ClaimPhase.PREPARE_COMPLETED:
+                    claim_devices[(driver, uid)] = rec.prepared
+                    for pod in rec.reserved_for:
+                        pods.setdefault(pod, []).append((driver, uid))
+                admin = set(rec.admin_requests)
+                for plugin, devices in rec.prepared.items():
+                    mine = held.setdefault((driver, plugin), [])
+                    mine.extend(p for p in devices if p.request not in admin)
+                    if rec.phase != ClaimPhase.PREPARE_COMPLETED:
+                        continue
+                    for p in devices:
+                        for r in rec.results:
+                            if p.request in r.requests and (p.pool, p.device) == (r.pool, r.device):
+                                for cdi in r.cdi_device_ids:
+                                    by_cdi[cdi] = Holding(driver, plugin, uid, p)
+        return DeviceIndex(
+            by_cdi=by_cdi, held=held, plugins=plugins, pods=pods, claim_devices=claim_devices
+        )
+
+    def _network_data(
+        self, driver: str, claim_uid: str, plugin: str, devices: Sequence[PreparedDevice]
+    ) -> None:
+        self.states[driver].record_network_data(claim_uid, plugin, devices)
+
     def _run_publisher(self) -> None:
         if self.publisher is not None:
             inv = self.inventory
@@ -277,6 +359,8 @@ class Node:
             t.join()
         for t in self._threads:
             t.join(timeout=max(grace, 1.0))
+        if self.enforcer is not None:
+            self.enforcer.stop()
         for state in self.states.values():
             state.close()
         if (
@@ -313,11 +397,19 @@ class Node:
         if self.publisher is not None and not self.publisher.synced:
             why = self.publisher.last_error or "pending"
             return False, f"ResourceSlices not published: {why}"
+        nri = self.nri_state()  # standby: the other instance of a rolling update serves NRI
+        if self.settings.nri.fail_closed and nri in (NriState.ABSENT, NriState.CONNECTING):
+            # fail closed: no container with a drakit claim can start until NRI is back
+            return False, f"NRI plugin {nri.value} ({self.settings.nri.socket}); fail_closed is on"
         inv = self.inventory
         if inv is not None and inv.failed:
             names = "; ".join(f"{p}: {e}" for p, e in sorted(inv.failed.items()))
             return False, f"backends not started (the others are served): {names}"
         return True, "ok"
+
+    def nri_state(self) -> NriState:
+        """Drakit's NRI plugin: disabled, absent (no socket), connecting or connected."""
+        return NriState.DISABLED if self.enforcer is None else self.enforcer.state()
 
     # -- inventory -----------------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ simulator built) may hold regular files where it could not create char devices (
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -42,6 +41,7 @@ from drakit.statefiles import (
     ensure_dir,
     fs_error,
     read_regular,
+    write_atomic,
 )
 
 __all__ = ["CdiWriter", "cdi_kind", "device_root_of", "min_cdi_version"]
@@ -264,39 +264,15 @@ class CdiWriter:
         except TypeError:  # what only the standard encoder takes (an integer beyond 64 bits)
             data = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
         # Per-claim temp name (runtimes read only *.json): calls for a claim are serialised.
-        tmp = self.cdi_dir / f".{name}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        # No fsync of the directory: a spec lost in a power cut is written again at the next
+        # prepare (the checkpoint record is the durable one).
+        path = self.cdi_dir / name
         try:
-            fd = os.open(tmp, flags, PUBLIC_FILE_MODE)
+            write_atomic(path, data, mode=PUBLIC_FILE_MODE, sync_dir=False)
+        except IsADirectoryError as e:
+            raise PermanentError(f"{path} is a directory, not a CDI spec: remove it by hand") from e
         except OSError as e:
-            if e.errno == errno.ELOOP:  # a link planted at our temp name: drop it, retry once
-                tmp.unlink(missing_ok=True)
-                try:
-                    fd = os.open(tmp, flags | os.O_EXCL, PUBLIC_FILE_MODE)
-                except OSError as e2:
-                    raise fs_error("write the CDI spec", self.cdi_dir / name, e2) from e2
-            else:
-                raise fs_error("write the CDI spec", self.cdi_dir / name, e) from e
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, PUBLIC_FILE_MODE)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.cdi_dir / name)  # replaces a planted link, never follows it
-        except OSError as e:
-            Path(tmp).unlink(missing_ok=True)
-            if isinstance(e, IsADirectoryError):
-                raise PermanentError(
-                    f"{self.cdi_dir / name} is a directory, not a CDI spec: remove it by hand"
-                ) from e
-            raise fs_error("write the CDI spec", self.cdi_dir / name, e) from e
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            raise fs_error("write the CDI spec", path, e) from e
         return name
 
     def exists(self, claim_uid: str) -> bool:

@@ -106,6 +106,13 @@ class ClaimRecord(BaseModel):
             "not held (another claim may hold them, and they hold nothing for other claims)"
         ),
     )
+    reserved_for: list[str] = Field(
+        default_factory=list,
+        description=(
+            "The UIDs of the pods in the claim's status.reservedFor at its prepare calls (the "
+            "NRI plugin's pod -> claims map)"
+        ),
+    )
 
 
 def _canonical(rec: ClaimRecord) -> str:
@@ -133,6 +140,8 @@ def _record_body(rec: ClaimRecord) -> dict[str, Any]:
         del body["recovered"]
     if not rec.admin_requests:  # older files lack it: their checksums stay valid
         del body["admin_requests"]
+    if not rec.reserved_for:  # likewise
+        del body["reserved_for"]
     return body
 
 

@@ -122,6 +122,8 @@ class Planned:
     pod_claim_name: str | None = None
     """The pod's name for a claim made from its template (annotation
     ``resource.kubernetes.io/pod-claim-name``): where its device metadata files appear."""
+    reserved_for: tuple[str, ...] = ()
+    """The UIDs of the pods in the claim's ``status.reservedFor`` (NRI's pod -> claims map)."""
 
 
 class ClaimReader:
@@ -236,6 +238,7 @@ class ClaimReader:
             owners=owners,
             status=status,
             pod_claim_name=self.pod_claim_name(where, obj),
+            reserved_for=reserved_pods(obj),
         )
 
     @staticmethod
@@ -299,3 +302,19 @@ class ClaimReader:
                 raise ClaimError(f"{where}: {field} ({source}, {scope}): {details}") from e
             out.append((set(reqs), model))
         return out
+
+
+def reserved_pods(obj: dict[str, Any]) -> tuple[str, ...]:
+    """The UIDs of the pods a claim is reserved for (``status.reservedFor``), sorted."""
+    entries = (obj.get("status") or {}).get("reservedFor") or []
+    if not isinstance(entries, list):
+        return ()
+    return tuple(
+        sorted(
+            {
+                str(e["uid"])
+                for e in entries
+                if isinstance(e, dict) and e.get("resource") == "pods" and e.get("uid")
+            }
+        )
+    )

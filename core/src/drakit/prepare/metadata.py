@@ -47,6 +47,7 @@ from drakit.statefiles import (
     ensure_dir,
     fs_error,
     read_regular,
+    write_atomic,
 )
 
 __all__ = [
@@ -245,27 +246,13 @@ class MetadataWriter:
 
     def _write_file(self, path: Path, data: bytes) -> None:
         ensure_dir(path.parent, DIR_MODE, private=False)
-        tmp = path.parent / f".{_FILE}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            if tmp.is_symlink():
-                tmp.unlink()
-            fd = os.open(tmp, flags, PUBLIC_FILE_MODE)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, PUBLIC_FILE_MODE)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)  # replaces a planted link, never follows it
+        try:  # no directory fsync, as for the CDI spec this file is mounted by
+            write_atomic(path, data, mode=PUBLIC_FILE_MODE, sync_dir=False)
+        except IsADirectoryError as e:
+            raise PermanentError(
+                f"{path} is a directory, not a device metadata file: remove it by hand"
+            ) from e
         except OSError as e:
-            tmp.unlink(missing_ok=True)
-            if isinstance(e, IsADirectoryError):
-                raise PermanentError(
-                    f"{path} is a directory, not a device metadata file: remove it by hand"
-                ) from e
             raise fs_error("write the device metadata file", path, e) from e
 
     def remove(self, claim_uid: str) -> bool:

@@ -59,6 +59,7 @@ from drakit.host.pluginhost import PluginHost
 from drakit.models import (
     AllocatedDevice,
     CdiEdits,
+    CdiMount,
     ClaimInfo,
     ClaimPrepareResult,
     ClaimRef,
@@ -171,6 +172,7 @@ class DriverState:
         device_root: Path | None = None,
         device_root_mount: Path | None = None,
         device_metadata: bool = False,
+        guard: Callable[[str], CdiMount] | None = None,
     ) -> None:
         if len(driver) > 253 or not DNS_SUBDOMAIN.fullmatch(driver):  # noqa: PLR2004
             raise PermanentError(
@@ -214,6 +216,11 @@ class DriverState:
         self._status = (
             StatusWriter(claims, driver) if isinstance(claims, DeviceStatusSink) else None
         )
+        # fail closed through NRI: a mount per CDI device that only drakit's NRI plugin removes
+        self.guard = guard
+        self.on_change: Callable[[], None] | None = None
+        self._reserved_changed = False
+        """Called after a prepare or unprepare call that changed what the driver holds."""
 
     def _workers(self) -> ThreadPoolExecutor:
         """The GET worker pool, started on first use (claim GETs of calls with several)."""
@@ -296,10 +303,18 @@ class DriverState:
             return out
         with self._serialized():
             done = self._prepare_locked(list(zip(valid, fetched, strict=True)), snap)
+        self._changed()
         for ref in valid:
             out[ref.uid] = done[ref.uid]
             self._observe("prepare", done[ref.uid].error, start)
         return out
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # a listener's failure never fails the kubelet's call
+                log.exception("driver %s: the held-devices listener failed", self.driver)
 
     def _checked(
         self, claims: Sequence[ClaimRef], op: str, result: type[R], start: float
@@ -344,8 +359,11 @@ class DriverState:
         try:
             cp = self.store.load()
             self._sweep_metadata(cp)
+            self._reserved_changed = False
             todo = self._admit(cp, plans, out, snap)
             if not todo:
+                if self._reserved_changed:
+                    self.store.save(cp)
                 return out
         except DrakitError as e:  # the checkpoint cannot be read or written: retryable
             return out | self._failed(plans, e, out)
@@ -402,6 +420,10 @@ class DriverState:
                 and not rec.recovered
                 and self.cdi.exists(ref.uid)
             ):
+                pods = sorted(set(rec.reserved_for) | set(plan.reserved_for))
+                if pods != rec.reserved_for:  # another pod shares the claim: remember it
+                    cp.claims[ref.uid] = rec.model_copy(update={"reserved_for": pods})
+                    self._reserved_changed = True
                 out[ref.uid] = ClaimPrepareResult(devices=rec.results)  # idempotent repeat
                 self._write_device_status(rec, plan.status)  # e.g. lost in a crash
                 continue
@@ -431,6 +453,7 @@ class DriverState:
                 # members write it (each member durably, with what it returned), and what an
                 # earlier record held (a reboot's demoted claim) stays on it
                 prepared={p: [] for p in plan.owners} | (rec.prepared if rec is not None else {}),
+                reserved_for=sorted(set(plan.reserved_for) | set(rec.reserved_for if rec else ())),
             )
             todo.append(plan)
         return todo
@@ -460,7 +483,7 @@ class DriverState:
                 rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: got}})
                 cp.claims[ref.uid] = rec
             crash_point("prepare-after-plugin")
-            edits = self._with_metadata(plan, snap, prepared)
+            edits = self._device_edits(plan, snap, prepared)
             crash_point("prepare-after-metadata")
             spec = self.cdi.build(ref.uid, edits)
             name = self.cdi.write(ref.uid, spec)
@@ -482,7 +505,7 @@ class DriverState:
         )
         return ""
 
-    def _with_metadata(
+    def _device_edits(
         self,
         plan: Planned,
         snap: InventorySnapshot,
@@ -506,7 +529,11 @@ class DriverState:
                     cdi = edits.to_cdi()
                     cdi["env"] = [*cdi.get("env", []), ADMIN_ACCESS_ENV]
                     edits = CdiEdits.model_validate(cdi)
-                out.append((self._cdi_device(d), edits))
+                name = self._cdi_device(d)
+                if self.guard is not None:
+                    guard = self.guard(self.cdi.device_name(ref.uid, name))
+                    edits = edits.model_copy(update={"mounts": (*edits.mounts, guard)})
+                out.append((name, edits))
         return out
 
     def _write_metadata(
@@ -641,6 +668,36 @@ class DriverState:
         )
         return True
 
+    def record_network_data(
+        self, claim_uid: str, plugin: str, devices: Sequence[PreparedDevice]
+    ) -> bool:
+        """Record ``plugin``'s new ``network_data`` for a claim's devices and write it to the claim.
+
+        Called by the NRI plugin after ``drakit_pod_sandbox_start`` (the netdev's name inside
+        the pod). Only ``network_data`` of devices the record has is taken. Returns whether the
+        record changed.
+        """
+        new = {(d.request, d.pool, d.device): d.network_data for d in devices}
+        with self._serialized():
+            cp = self.store.load()
+            rec = cp.claims.get(claim_uid)
+            if rec is None or plugin not in rec.prepared:
+                return False
+            mine = [
+                p.model_copy(update={"network_data": new[(p.request, p.pool, p.device)]})
+                if (p.request, p.pool, p.device) in new
+                else p
+                for p in rec.prepared[plugin]
+            ]
+            if mine == rec.prepared[plugin]:
+                return False
+            rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: mine}})
+            cp.claims[claim_uid] = rec
+            self.store.save(cp)
+        if rec.phase == ClaimPhase.PREPARE_COMPLETED and rec.name and rec.namespace:
+            self._write_device_status(rec, None)
+        return True
+
     def resume_device_status(self) -> int:
         """Apply the networkData of every prepared claim in the checkpoint (at start-up).
 
@@ -698,6 +755,7 @@ class DriverState:
                 errors = {r.uid: f"{describe(r)}: {e}" for r in valid}
             else:
                 errors = self._unprepare_locked(cp, valid)
+        self._changed()
         for ref in valid:
             out[ref.uid] = ClaimUnprepareResult(error=errors.get(ref.uid, ""))
             self._observe("unprepare", out[ref.uid].error, start)

@@ -335,6 +335,11 @@ def _device_to_api(device: Device) -> dict[str, Any]:
         out["taints"] = [t.model_dump(exclude_none=True) for t in device.taints]
     if device.allow_multiple_allocations is not None:
         out["allowMultipleAllocations"] = device.allow_multiple_allocations
+    if device.node_allocatable_resources:
+        out["nodeAllocatableResources"] = {
+            k: r.model_dump(by_alias=True, exclude_none=True, mode="json")
+            for k, r in sorted(device.node_allocatable_resources.items())
+        }
     return out
 
 

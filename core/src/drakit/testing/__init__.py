@@ -1,7 +1,7 @@
 """drakit's test kit for backends: simulated nodes, hosts, running nodes and the contract.
 
 Public API (see ``docs/testing.md``, "Testing your backend with drakit.testing"). The pytest
-fixtures ``drakit_sim_node``, ``drakit_host`` and ``drakit_node`` come from
+fixtures ``drakit_sim_node``, ``drakit_host``, ``drakit_node`` and ``drakit_gates_off`` come from
 :mod:`drakit.testing.plugin`, which pytest loads by itself where drakit is installed. Needs
 pytest (``pip install 'drakit[testing]'``).
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from drakit.testing.allocation import Allocation, allocate
     from drakit.testing.contract import BackendContract
+    from drakit.testing.dropped import DroppedFields, fields_dropped
     from drakit.testing.nodes import (
         CLAIM_NAMESPACE,
         ClaimStore,
@@ -37,6 +38,7 @@ __all__ = [
     "Allocation",
     "BackendContract",
     "ClaimStore",
+    "DroppedFields",
     "KubeletSide",
     "PrepareOutcome",
     "Published",
@@ -47,6 +49,7 @@ __all__ = [
     "allocate",
     "allocated_claim",
     "build_sim_node",
+    "fields_dropped",
     "open_host",
     "run_node",
 ]
@@ -57,6 +60,8 @@ _HOME = {name: "drakit.testing.nodes" for name in __all__} | {
     "allocate": "drakit.testing.allocation",
     "Published": "drakit.testing.published",
     "PublishedDevice": "drakit.testing.published",
+    "DroppedFields": "drakit.testing.dropped",
+    "fields_dropped": "drakit.testing.dropped",
 }
 
 

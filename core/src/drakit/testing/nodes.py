@@ -14,7 +14,7 @@ import json
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +47,7 @@ from drakit.prepare.metadata import CONTAINER_DIR as METADATA_DIR
 from drakit.prepare.metadata import read_metadata
 from drakit.publish.render import render_pool
 from drakit.sim import MachineSpec, SysfsBuilder, build_profile
+from drakit.testing.dropped import DroppedFields, fields_dropped
 from drakit.testing.published import Published
 
 __all__ = [
@@ -184,6 +185,22 @@ class SimHost:
             SliceValidationError: a device breaks an API rule; the message names it.
         """
         return Published.from_slices(self.slices())
+
+    def drop_fields(self, gates_off: Iterable[str]) -> DroppedFields:
+        """What an API server with ``gates_off`` would drop of what this node publishes.
+
+        The backends are told, as a node's publisher tells them: from the next discovery on,
+        :attr:`~drakit.context.PluginContext.dropped_fields` returns the dropped field names
+        for their driver (``drop_fields(())`` tells them nothing is dropped any more). See
+        :mod:`drakit.testing.dropped` for how the server is modelled.
+
+        Raises:
+            ValueError: a gate that guards no ResourceSlice field (the known ones are listed).
+            SliceValidationError: a device breaks an API rule; the message names it.
+        """
+        report = fields_dropped(self.slices(), gates_off)
+        self.host.dropped_fields = report.names
+        return report
 
     def parse_config(self, driver: str, params: Mapping[str, Any]) -> BaseModel:
         """Validate an opaque config object through ``driver``'s backends.

@@ -7,6 +7,8 @@
   built from ``drakit.sim.DEFAULT_PROFILE``), closed after the test.
 * ``drakit_node(config, node=None) -> RunningNode``: an in-process node serving the kubelet
   sockets, stopped after the test.
+* ``drakit_gates_off(host, *gates) -> DroppedFields``: which of ``host``'s published fields an
+  API server with those feature gates off drops; the host's backends are told, as on a node.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ import pytest
 
 if TYPE_CHECKING:
     from drakit.sim import MachineSpec
+    from drakit.testing.dropped import DroppedFields
     from drakit.testing.nodes import RunningNode, SimHost, SimNode
 
 # drakit.testing.nodes (the node, gRPC, the Kubernetes client) is imported by the fixtures, when
 # a test uses one: pytest loads this plugin in every run where drakit is installed.
 
 __all__ = [
+    "GatesOff",
     "HostFactory",
     "NodeFactory",
     "SimNodeFactory",
+    "drakit_gates_off",
     "drakit_host",
     "drakit_node",
     "drakit_sim_node",
@@ -112,3 +117,31 @@ def drakit_node(drakit_sim_node: SimNodeFactory) -> Iterator[NodeFactory]:
         stack.close()
         for path in dirs:
             shutil.rmtree(path, ignore_errors=True)
+
+
+class GatesOff(Protocol):
+    """The ``drakit_gates_off`` fixture."""
+
+    def __call__(self, host: SimHost, *gates: str) -> DroppedFields:
+        """What an API server with ``gates`` off drops of ``host``'s slices; its backends told."""
+        ...
+
+
+@pytest.fixture
+def drakit_gates_off() -> Iterator[GatesOff]:
+    """``drakit_gates_off(host, "DRAPartitionableDevices")``: the fields such a server drops.
+
+    Returns the :class:`~drakit.testing.DroppedFields` report (field paths, the gate of each,
+    the names per driver) and tells the host's backends, as a node does: their
+    ``PluginContext.dropped_fields()`` returns the names from the next discovery on. Every host
+    it was given is told nothing is dropped any more at the end of the test.
+    """
+    hosts: list[SimHost] = []
+
+    def gates_off(host: SimHost, *gates: str) -> DroppedFields:
+        hosts.append(host)
+        return host.drop_fields(gates)
+
+    yield gates_off
+    for host in hosts:
+        host.host.dropped_fields = None

@@ -22,7 +22,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -368,20 +368,34 @@ def _policy(default: int, lo: int, hi: int, step: int) -> RequestPolicy:
     )
 
 
+def _left_out(skipped: SkippedItems | None, nic: Ainic, why: str) -> None:
+    """Log and name a NIC whose devices are not published."""
+    log.warning("%s (%s) is not published: %s", nic.name, nic.pf.bdf, why)
+    if skipped is not None:
+        skipped.skip(
+            "device", nic.name, "refused-attribute", f"{nic.pf.bdf} is not published: {why[:600]}"
+        )
+
+
 def build_devices(
     nics: list[Ainic],
     settings: AmdAinicSettings,
     root: Path,
     cache: DiscoveryCache | None = None,
     labels: Mapping[str, str] | None = None,
+    moved: Mapping[str, NicFunction] | None = None,
     skipped: SkippedItems | None = None,
 ) -> tuple[list[Device], dict[str, Published]]:
     """The devices to publish and what each stands for (by device name).
 
     ``cache`` carries what the last round read and built (:class:`DiscoveryCache`); ``labels``
     are the Node's (rails and fabrics a fabric manager wrote, :func:`label_identity`);
-    ``skipped`` names each NIC and label left out.
+    ``moved`` are functions whose netdev is in a pod's network namespace (BDF -> the function
+    as last read in the host): the host's sysfs does not show such a netdev, so the function is
+    published as it was read before the move, not without its netdev; ``skipped`` names each
+    NIC and label left out.
     """
+    moved = moved or {}
     cache = cache if cache is not None else DiscoveryCache()
     live_vfs: set[str] = set()
     chosen = modes(nics, settings)
@@ -397,11 +411,14 @@ def build_devices(
 
     def add(nic: Ainic) -> None:
         mode, limit = chosen[nic.pf.bdf]
+        if nic.pf.ifname is None and nic.pf.bdf in moved:
+            nic = replace(nic, pf=moved[nic.pf.bdf])
         rail, fabric = ident(nic)
         if mode == "none":
             return
         if mode == "vf":
             vfs = read_vfs(root, nic, cache=cache.sysfs)
+            vfs = tuple(moved.get(vf.bdf, vf) if vf.ifname is None else vf for vf in vfs)
             live_vfs.update(vf.bdf for vf in vfs)
             if not vfs:
                 log.warning(
@@ -472,14 +489,7 @@ def build_devices(
             published.clear()
             published.update(n_pub)
             why = " ".join(line.strip() for line in str(e).splitlines()[:2])
-            log.warning("%s (%s) is not published: %s", nic.name, nic.pf.bdf, why)
-            if skipped is not None:
-                skipped.skip(
-                    "device",
-                    nic.name,
-                    "refused-attribute",
-                    f"{nic.pf.bdf} is not published: {why[:600]}",
-                )
+            _left_out(skipped, nic, why)
     cache.end_round(live_vfs)
     return devices, published
 

@@ -2,8 +2,9 @@
 
 The hooks only; the work is in the modules beside this one: :mod:`.discovery` (sysfs),
 :mod:`.devices` (modes, attributes, capacities, rails), :mod:`.config` (``NicConfig``),
-:mod:`.prepare` (VF choice, settings, CDI, ledger), :mod:`.health`, :mod:`.netlink` (the
-pyroute2 seam) and :mod:`.strategies`. ``docs/ainic-backend.md`` is the user-facing description.
+:mod:`.prepare` (VF choice, settings, CDI, ledger), :mod:`.podnet` (netdevs into pods, with
+NRI; :mod:`.netns` does the rtnetlink requests), :mod:`.health`, :mod:`.netlink` (the pyroute2
+seam) and :mod:`.strategies`. ``docs/ainic-backend.md`` is the user-facing description.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from drakit.models import (
     DeviceInventory,
     DeviceKey,
     NodeInfo,
+    PodSandboxView,
     PreparedDevice,
 )
 from drakit.strategy_models import SelectionRequest, SelectionResult
@@ -39,10 +41,11 @@ from drakit_amd_ainic.devices import (
     topology_labels,
     with_counter_sets,
 )
-from drakit_amd_ainic.discovery import read_ainics
+from drakit_amd_ainic.discovery import NicFunction, read_ainics
 from drakit_amd_ainic.health import device_health
 from drakit_amd_ainic.ledger import Ledger
 from drakit_amd_ainic.netlink import netlink_for
+from drakit_amd_ainic.podnet import PodNetwork
 from drakit_amd_ainic.prepare import SELECTION_KIND, Preparer
 from drakit_amd_ainic.settings import AmdAinicSettings
 from drakit_amd_ainic.strategies import LEAST_LOADED, least_loaded
@@ -75,15 +78,20 @@ class AmdAinicPlugin:
         self.ctx = context
         self.settings = context.settings_as(AmdAinicSettings)
         self.root = Path(context.node.sysfs_root)
+        boot = boot_id(self.root)
         self.preparer = Preparer(
             self.root,
             self.settings,
             netlink_for(self.settings.netlink, context.libraries),
-            Ledger(context.state, boot_id(self.root)),
+            Ledger(context.state, boot),
             context.select,
         )
+        self.podnet = PodNetwork(context.state, boot)
         self._view = _View(published={})
         self._cache = DiscoveryCache()
+        # functions as last read with their netdev in the host: a netdev moved into a pod is
+        # published as it was (build_devices' ``moved``)
+        self._host_seen: dict[str, NicFunction] = {}
 
     @property
     def published(self) -> Mapping[str, Published]:
@@ -97,9 +105,23 @@ class AmdAinicPlugin:
         if not nics:
             self._view = _View(published={})
             return None
+        moved = self.podnet.moved()
+        held = {bdf: fn for bdf, fn in self._host_seen.items() if bdf in moved}
         devices, published = build_devices(
-            nics, self.settings, Path(node.sysfs_root), self._cache, node.labels, self.ctx.skipped
+            nics,
+            self.settings,
+            Path(node.sysfs_root),
+            self._cache,
+            node.labels,
+            held,
+            self.ctx.skipped,
         )
+        self._host_seen = held | {
+            fn.bdf: fn
+            for pub in published.values()
+            for fn in (pub.function, pub.nic.pf)
+            if fn.ifname is not None
+        }
         self._view = _View(published=published)
         if not self.ctx.shares_driver:
             # validated devices (thousands on a VF node): no second pass over each
@@ -131,13 +153,37 @@ class AmdAinicPlugin:
 
     @hookimpl
     def drakit_unprepare_devices(self, claim_uid: str, prepared: list[PreparedDevice]) -> bool:
-        """Reset the claim's VFs and remove on-demand VFs of idle PFs."""
+        """Bring the claim's netdevs back from pods, reset its VFs, remove idle on-demand VFs."""
+        if self.settings.move_netdevs != "never":
+            self.podnet.stop(None, claim_uid)
         self.preparer.unprepare(claim_uid, prepared)
         return True
 
     @hookimpl
+    def drakit_pod_sandbox_start(
+        self, sandbox: PodSandboxView, claim_uid: str, devices: Sequence[PreparedDevice]
+    ) -> Sequence[PreparedDevice] | None:
+        """Move the claim's netdevs that ask for it into the pod; their in-pod networkData."""
+        return self.podnet.start(sandbox, claim_uid, devices)
+
+    @hookimpl
+    def drakit_pod_sandbox_stop(
+        self, sandbox: PodSandboxView, claim_uid: str, devices: Sequence[PreparedDevice]
+    ) -> bool:
+        """Move the claim's netdevs back to the host under their host names and settings."""
+        self.podnet.stop(sandbox, claim_uid)
+        return True
+
+    @hookimpl
     def drakit_device_health(self, node: NodeInfo) -> list[DeviceHealth]:
-        """Link, carrier and RDMA port state of every published device."""
+        """Link, carrier and RDMA port state of every published device.
+
+        Also finishes netdev moves a crash cut short and brings netdevs back from pod
+        namespaces that died: the node polls health from its start on (``health.interval``),
+        and only the node does (``drakit discover`` and the other commands never move a netdev).
+        """
+        if self.settings.move_netdevs != "never":
+            self.podnet.recover()
         return device_health(Path(node.sysfs_root), node.name, self._view.published)
 
     @hookimpl

@@ -407,6 +407,9 @@ class Preparer:
         ):
             self.netlink.set_channels(fn.ifname, netdev, plan.queues)
             state["restore_queues"] = fn.queues
+        move = self._move(plan, fn)
+        if move is not None:
+            state["move"] = move
         queues = plan.queues if plan.queues is not None else fn.queues
         mac = vf_cfg.get("mac") or fn.mac
         prefix = env_prefix(dev.device, dev.share_id)
@@ -432,6 +435,54 @@ class Preparer:
                 NetworkData(interface_name=fn.ifname, hardware_address=mac) if fn.ifname else None
             ),
         )
+
+    def _move(self, plan: _Plan, fn: NicFunction) -> dict[str, Any] | None:
+        """What moves into the pod at sandbox start (``state["move"]``), or None.
+
+        ``move_netdevs``: ``configured`` moves what ``NicConfig.interface`` asks for, ``always``
+        every function with a netdev that one pod can own, ``never`` refuses ``interface``.
+        """
+        asked: dict[str, Any] | None = plan.cfg.get("interface")
+        mode = self.settings.move_netdevs
+        if asked is None and mode != "always":
+            return None
+        why = ""
+        if mode == "never":
+            why = (
+                "moving netdevs into pods is off on this node (plugins.amd_ainic.move_netdevs: "
+                "never); remove interface, or ask the node's operator for move_netdevs: configured"
+            )
+        elif not fn.ifname:
+            why = f"function {fn.bdf} has no netdev (is it bound to ionic?); remove interface"
+        elif (
+            self.settings.rdma_netns_mode == "exclusive"
+            and plan.cfg.get("rdma", True)
+            and fn.rdma_device
+        ):
+            why = (
+                f"the node's RDMA netns mode is exclusive, where RDMA device {fn.rdma_device} "
+                "would have to move into the pod too, and drakit moves only netdevs; set "
+                "rdma: {enabled: false}, or remove interface"
+            )
+        elif plan.pub.mode == "shared" and self.settings.shares_per_vf > 1:
+            why = (
+                f"this VF is shared by up to {self.settings.shares_per_vf} claims "
+                "(shares_per_vf), and a netdev can be in one pod only; remove interface, or ask "
+                "for shares_per_vf: 1"
+            )
+        if why:
+            if asked is None:  # always: what cannot move stays in the host
+                return None
+            raise PermanentError(f"{plan.where}: NicConfig interface: {why}")
+        move = dict(asked or {})
+        mtu = move.get("mtu")
+        pf_mtu = plan.pub.nic.pf.mtu
+        if mtu is not None and fn.vf_index is not None and pf_mtu is not None and mtu > pf_mtu:
+            raise PermanentError(
+                f"{plan.where}: NicConfig interface.mtu: {mtu} is above the PF's MTU {pf_mtu}; "
+                f"use at most {pf_mtu}"
+            )
+        return move
 
     # -- unprepare and repair ------------------------------------------------------------------
 

@@ -139,6 +139,23 @@ class AmdAinicSettings(PluginSettings):
             "under the node's --state-dir"
         ),
     )
+    move_netdevs: Literal["configured", "always", "never"] = Field(
+        default="configured",
+        description=(
+            "Move a claim's netdev into its pod's network namespace at sandbox start (needs the "
+            "node's NRI plugin): 'configured' when the claim's NicConfig has 'interface', "
+            "'always' for every claim whose function has a netdev, 'never' (a claim asking is "
+            "refused at prepare)"
+        ),
+    )
+    rdma_netns_mode: Literal["shared", "exclusive"] = Field(
+        default="shared",
+        description=(
+            "The kernel's RDMA netns mode on this node (rdma system show netns). drakit moves "
+            "netdevs, not RDMA devices: under 'exclusive' a claim that moves its netdev and "
+            "keeps rdma.enabled is refused at prepare"
+        ),
+    )
     vf_ready_timeout: float = Field(
         default=10.0, gt=0, le=300, description="Seconds to wait for VFs after sriov_numvfs"
     )

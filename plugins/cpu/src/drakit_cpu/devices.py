@@ -18,6 +18,8 @@ from drakit.models import (
     DeviceAttribute,
     DeviceCapacity,
     DeviceInventory,
+    NodeAllocatableMapping,
+    NodeAllocatableResource,
     RequestPolicy,
     ValidRange,
 )
@@ -94,7 +96,24 @@ def build_devices(
             if device is not None:
                 groups[name] = cpus
                 devices.append(device)
+    if settings.node_allocatable:
+        devices = [with_node_allocatable(d) for d in devices]
     return devices, groups
+
+
+def with_node_allocatable(device: Device) -> Device:
+    """The device with KEP-5517's ``nodeAllocatableResources``: what it counts as ``cpu``.
+
+    A grouped device counts the ``cpu`` capacity a claim consumes, one node CPU per unit; an
+    individual device counts one node CPU per allocation.
+    """
+    if CAPACITY in device.capacity:
+        mapping = NodeAllocatableMapping(capacity_key=CAPACITY, capacity_multiplier="1")
+    else:
+        mapping = NodeAllocatableMapping(device_multiplier="1")
+    return device.model_copy(
+        update={"node_allocatable_resources": {"cpu": NodeAllocatableResource(mapping=mapping)}}
+    )
 
 
 def _common(facts: CpuFacts, *, isolated: bool) -> dict[str, DeviceAttribute]:

@@ -34,6 +34,8 @@ from drakit.hookspecs import hookimpl
 from drakit.models import (
     AllocatedDevice,
     ClaimInfo,
+    ContainerResources,
+    ContainerView,
     DeviceInventory,
     NodeInfo,
     PreparedDevice,
@@ -130,6 +132,42 @@ class CpuPlugin:
     def drakit_unprepare_devices(self, claim_uid: str, prepared: list[PreparedDevice]) -> bool:
         """CPUs return to the free set when the checkpoint record goes; nothing else to undo."""
         return True
+
+    # -- enforcement (NRI) ---------------------------------------------------------------------
+
+    @hookimpl
+    def drakit_container_resources(
+        self,
+        container: ContainerView,
+        devices: Sequence[PreparedDevice],
+        held: Sequence[PreparedDevice],
+    ) -> ContainerResources | None:
+        """The claim's CPUs for a container using CPU devices; else the shared pool.
+
+        The shared pool is every online CPU minus those any prepared claim holds (reserved
+        CPUs stay in it, as with cpumanager's static policy). The memory nodes are those of the
+        CPUs (core applies them only with ``nri.memory_nodes``). ``None`` before the first
+        discovery round, and for a container using CPU devices whose CPUs are unknown (a claim
+        rebuilt from its CDI spec).
+        """
+        del container
+        view = self._view
+        if view is None:
+            return None
+        if devices:
+            cpus = frozenset(
+                c for d in devices for c in parse_cpulist(str(d.state.get("cpus", "")))
+            )
+            if not cpus:
+                return None
+        else:
+            taken = {c for d in held for c in parse_cpulist(str(d.state.get("cpus", "")))}
+            cpus = frozenset(c.cpu for c in view.topology.cpus) - taken
+            if not cpus:  # never an empty cpuset: leave the container as the runtime made it
+                log.warning("every CPU is held by a claim; containers without one keep theirs")
+                return None
+        mems = frozenset(c.numa_node for c in view.topology.cpus if c.cpu in cpus)
+        return ContainerResources(cpus=cpus, mems=mems)
 
     @hookimpl
     def drakit_device_classes(self, driver: str) -> list[DeviceClassSpec] | None:

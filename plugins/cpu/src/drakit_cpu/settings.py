@@ -48,6 +48,14 @@ class CpuSettings(PluginSettings):
         default="exclude",
         description="CPUs in sys/devices/system/cpu/isolated: never publish, or publish apart",
     )
+    node_allocatable: bool = Field(
+        default=False,
+        description=(
+            "Publish KEP-5517 nodeAllocatableResources (cpu) on every device, so the scheduler "
+            "counts a claim's CPUs against the node's allocatable CPU (Kubernetes 1.37 alpha "
+            "gate DRANodeAllocatableResources on the API server and scheduler)"
+        ),
+    )
 
     _reserved = field_validator("reserved", mode="before")(_cpulist)
 

@@ -33,6 +33,7 @@ from drakit.models import (
 from drakit_nvidia_gpu.config import GPU_CONFIG_API_VERSION, GpuConfig
 from drakit_nvidia_gpu.devices import Published, build_inventory
 from drakit_nvidia_gpu.discovery import NodeGpus, read_gpus
+from drakit_nvidia_gpu.driverfiles import LIB_DIRS, DriverFiles, find_driver_files
 from drakit_nvidia_gpu.health import XidWatcher, problem_taints
 from drakit_nvidia_gpu.nvml import Nvml, NvmlUnavailable, open_nvml
 from drakit_nvidia_gpu.prepare import prepare_devices, unprepare_devices
@@ -56,6 +57,7 @@ class NvidiaGpuPlugin:
         self._published: dict[str, Published] = {}
         self._last: NodeGpus | None = None
         self._counters_dropped = False
+        self._driver_files: DriverFiles | None = None
         self._lock = threading.Lock()
 
     # -- discovery -----------------------------------------------------------------------------
@@ -114,6 +116,7 @@ class NvidiaGpuPlugin:
                 "off); publishing full GPUs only, without MIG partitions",
                 self.ctx.name,
             )
+        files = self._find_driver_files(node, gpus.driver_version)
         inventory, published = build_inventory(
             gpus,
             Path(node.sysfs_root),
@@ -124,8 +127,51 @@ class NvidiaGpuPlugin:
         with self._lock:
             self._published = published
             self._last = gpus
+            self._driver_files = files
         self.ctx.log.debug("published %d NVIDIA devices", len(inventory.devices))
         return inventory
+
+    def _driver_roots(self, node: NodeInfo) -> tuple[Path, str]:
+        """Where this process sees the driver root, and its path on the host."""
+        base = Path(node.sysfs_root)  # a simulated root plays the host
+        s = self.settings
+        seen = base / (s.driver_root_seen or s.driver_root).lstrip("/")
+        return seen, str(base / s.driver_root.lstrip("/"))
+
+    def _find_driver_files(self, node: NodeInfo, version: str) -> DriverFiles | None:
+        """The driver's files for CDI (``driver_files``); found again when the version changes."""
+        s = self.settings
+        if s.driver_files == "none":
+            return None
+        old = self._driver_files
+        if old is not None and old.version == version:
+            return old
+        seen, host = self._driver_roots(node)
+        hook = None if s.cdi_hook in ("auto", "none") else s.cdi_hook
+        files = find_driver_files(seen, host, version, hook=hook, find_hook=s.cdi_hook == "auto")
+        if files.libcuda is None:
+            self.ctx.log.warning(
+                "plugins.%s: no libcuda.so.%s under driver_root %s (seen at %s; searched %s): "
+                "GPU claims get device nodes only, %s",
+                self.ctx.name,
+                version,
+                s.driver_root,
+                seen,
+                ", ".join(LIB_DIRS),
+                "and fail (driver_files: required)"
+                if s.driver_files == "required"
+                else "so CUDA needs the NVIDIA runtime in legacy mode",
+            )
+        else:
+            self.ctx.log.info(
+                "plugins.%s: driver %s: %d files for CDI under %s (%s)",
+                self.ctx.name,
+                version,
+                len(files.mounts),
+                host,
+                f"hooks: {files.hook}" if files.hook else "no nvidia-cdi-hook: /usr/local/nvidia",
+            )
+        return files
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -144,9 +190,10 @@ class NvidiaGpuPlugin:
         """Create MIG instances, apply sharing, and hand out device nodes and UUIDs."""
         with self._lock:
             published = dict(self._published)
+            files = self._driver_files
         root = Path(self.ctx.node.sysfs_root)
         return prepare_devices(
-            self.nvml, published, root, self.settings, self.ctx.name, claim, held
+            self.nvml, published, root, self.settings, self.ctx.name, claim, held, files
         )
 
     @hookimpl

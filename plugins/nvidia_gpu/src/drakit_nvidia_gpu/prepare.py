@@ -23,6 +23,7 @@ from drakit.preparekit import prepared_device, published_device
 from drakit_nvidia_gpu.cdi import gpu_nodes, visible_env
 from drakit_nvidia_gpu.config import INTERVALS, GpuConfig, Sharing
 from drakit_nvidia_gpu.devices import Published
+from drakit_nvidia_gpu.driverfiles import DriverFiles
 from drakit_nvidia_gpu.mig import MigInstance, destroy_mig, ensure_mig
 from drakit_nvidia_gpu.nvml import Nvml
 from drakit_nvidia_gpu.settings import NvidiaGpuSettings
@@ -132,14 +133,28 @@ def prepare_devices(
     name: str,
     claim: ClaimInfo,
     held: Sequence[PreparedDevice],
+    driver: DriverFiles | None = None,
 ) -> list[PreparedDevice]:
-    """Create MIG instances, apply sharing, and hand out device nodes and UUIDs.
+    """Create MIG instances, apply sharing, and hand out device nodes, UUIDs and driver files.
 
     ``published`` is the last discovery round's device name -> GPU (or MIG placement); ``name``
-    is the plugin's name in the settings (``plugins.<name>``).
+    is the plugin's name in the settings (``plugins.<name>``); ``driver`` the driver's files
+    every device's edits carry (:mod:`.driverfiles`; ``None``: ``driver_files: none``).
+
+    Raises:
+        RetryableError: ``driver_files: required`` and the driver's libraries were not found.
     """
     if nvml is None:
         raise PermanentError(f"claim {claim.namespace}/{claim.name}: NVML is not available")
+    if settings.driver_files == "required" and (driver is None or driver.libcuda is None):
+        raise RetryableError(
+            f"claim {claim.namespace}/{claim.name}: plugins.{name}.driver_files is required "
+            f"but no libcuda.so.<driver version> was found under driver_root "
+            f"{settings.driver_root}: set driver_root to the directory the driver is installed "
+            "under, or use driver_files: none with the NVIDIA runtime in legacy mode; will retry"
+        )
+    driver_mounts = driver.mounts if driver is not None else ()
+    driver_hooks = driver.hooks if driver is not None else ()
     held_mig = [
         (p.state["mig"]["gpu_uuid"], p.state["mig"]["start"], p.state["mig"]["size"])
         for p in held
@@ -185,7 +200,8 @@ def prepare_devices(
                 edits=CdiEdits(
                     env=tuple(env),
                     device_nodes=gpu_nodes(target.gpu.minor, mig.caps if mig else ()),
-                    mounts=tuple(mounts),
+                    mounts=(*mounts, *driver_mounts),
+                    hooks=driver_hooks,
                 ),
                 state=state,
             )

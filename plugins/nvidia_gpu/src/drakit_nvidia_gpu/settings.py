@@ -47,6 +47,31 @@ class NvidiaGpuSettings(PluginSettings):
         pattern=r"^/",
         description="The node's MPS control daemon pipe directory (mounted into MPS clients)",
     )
+    driver_files: Literal["auto", "required", "none"] = Field(
+        default="auto",
+        description="Carry the driver's libraries, binaries and sockets in the claim's CDI "
+        "spec (found under driver_root): auto (when libcuda is found), required (a claim "
+        "fails without them), none (the NVIDIA runtime in legacy mode injects them)",
+    )
+    driver_root: str = Field(
+        default="/",
+        pattern=r"^/",
+        description="The host directory the driver's user space is installed under "
+        "(/run/nvidia/driver for a driver container)",
+    )
+    driver_root_seen: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="Where drakit sees driver_root, when not at the same path (a pod that "
+        "mounts it elsewhere)",
+    )
+    cdi_hook: str = Field(
+        default="auto",
+        pattern=r"^(auto|none|/.+)$",
+        description="nvidia-cdi-hook on the host, for the loader-cache and link hooks: auto "
+        "(looked up under driver_root), none (libraries mounted in /usr/local/nvidia/lib64 "
+        "instead), or its absolute path",
+    )
     nvidia_smi: str = Field(
         default="nvidia-smi",
         description="nvidia-smi, for time-slice intervals other than Default",

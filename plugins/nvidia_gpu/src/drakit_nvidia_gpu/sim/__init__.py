@@ -33,6 +33,7 @@ from drakit_nvidia_gpu.sim.fakenvml import (
     mig_instances,
     recover_gpu,
     simulated_libraries,
+    write_driver_files,
 )
 from drakit_nvidia_gpu.sim.parts import D_H100_SXM, D_H200_SXM, hopper_nvml, nvidia_gpu
 
@@ -62,6 +63,7 @@ __all__ = [
     "simulated_libraries",
     "with_mig_enabled",
     "with_nvml",
+    "write_driver_files",
 ]
 
 

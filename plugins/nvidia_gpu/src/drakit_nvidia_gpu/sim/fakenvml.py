@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +49,7 @@ __all__ = [
     "mig_instances",
     "recover_gpu",
     "simulated_libraries",
+    "write_driver_files",
 ]
 
 NVML_DESCRIPTION_PATH = Path("drakit-sim") / "nvml.json"
@@ -186,6 +187,61 @@ class NvmlDescription(BaseModel):
             make_device_node(root, f"/dev/nvidia{gpu.minor_number}")
         for node in CONTROL_NODES if self.devices else ():
             make_device_node(root, node, control=True)
+        if self.devices:
+            write_driver_files(root, self.driver_version)
+
+
+DRIVER_LIBRARIES: Final = (
+    ("libcuda", ("libcuda.so.1", "libcuda.so")),
+    ("libnvidia-ml", ("libnvidia-ml.so.1",)),
+    ("libnvidia-ptxjitcompiler", ("libnvidia-ptxjitcompiler.so.1",)),
+    ("libnvidia-nvvm", ("libnvidia-nvvm.so.4",)),
+    ("libcudadebugger", ("libcudadebugger.so.1",)),
+    ("libnvidia-gpucomp", ()),
+)
+"""The simulated driver's libraries (``<name>.so.<version>``) and the links ldconfig makes."""
+DRIVER_BINARIES: Final = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
+SIM_LIB_DIR: Final = "usr/lib/x86_64-linux-gnu"
+
+
+def write_driver_files(root: Path, version: str) -> None:
+    """The driver's user space under the simulated root, as a Debian-style install lays it out.
+
+    Stand-ins with the real names (the content says what they are; nothing runs them):
+    ``usr/lib/x86_64-linux-gnu/<lib>.so.<version>`` with the ``.so.1``-style links
+    (``libcuda.so.1 -> libcuda.so.<version>``, ``libcuda.so -> libcuda.so.1``), the binaries
+    in ``usr/bin``, the ``nvidia-persistenced`` socket (a regular file: a bind mount of it
+    works the same) and the GSP firmware. ``nvidia-cdi-hook`` is not there (the layout without
+    hooks); a test that wants it adds ``usr/bin/nvidia-cdi-hook``.
+    """
+    lib = root / SIM_LIB_DIR
+    lib.mkdir(parents=True, exist_ok=True)
+    for name, links in DRIVER_LIBRARIES:
+        real = f"{name}.so.{version}"
+        (lib / real).write_text(f"simulated {real}\n")
+        target = real
+        for link in links:
+            (lib / link).symlink_to(target)
+            target = link
+    bindir = root / "usr" / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    for name in DRIVER_BINARIES:
+        path = bindir / name
+        path.write_text(f"#!/bin/sh\necho 'simulated {name}: not a real driver' >&2\nexit 1\n")
+        path.chmod(0o755)
+    sock = root / "run" / "nvidia-persistenced" / "socket"
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    sock.write_text("")
+    firmware = root / "lib" / "firmware" / "nvidia" / version
+    firmware.mkdir(parents=True, exist_ok=True)
+    for blob in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+        (firmware / blob).write_text(f"simulated {blob}\n")
 
 
 def load_nvml_description(root: Path) -> NvmlDescription:
