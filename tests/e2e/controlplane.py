@@ -708,7 +708,11 @@ class ControlPlane:
             headers["Authorization"] = f"Bearer {self.token}"
         data = None
         if body is not None:
-            data = json.dumps(body).encode()
+            # compact with sorted keys, as kubectl sends it: the API server keeps opaque config
+            # parameters as the raw JSON it was given and, in 1.37.2, refuses every later
+            # patch of the claim's status when that JSON is not in this form (see
+            # KubeClient.apply_claim_device_status)
+            data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
             headers["Content-Type"] = content_type
         req = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
         ctx = None

@@ -222,6 +222,12 @@ def test_the_claimed_netdev_is_in_the_pod_under_its_name_and_comes_back(
     (recorded,) = nic["dirs"].checkpoint(DRIVER)[uid]["prepared"]["amd_ainic"]
     assert recorded["network_data"]["interface_name"] == "net1"
     assert recorded["network_data"]["ips"] == [ADDRESS]
+
+    def in_pod_name() -> object:
+        devices = (pod_claim(cp, namespace, "moved").get("status") or {}).get("devices") or []
+        return [d.get("networkData", {}).get("interfaceName") for d in devices]
+
+    wait_for(lambda: in_pod_name() == ["net1"], timeout=30, what="the claim's networkData: net1")
     delete_pod(cp, namespace, "moved")
     _wait_back(nic)
 

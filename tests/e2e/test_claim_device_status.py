@@ -8,6 +8,8 @@ claim already shows the same entries, and rewrites the checkpoint's entries at s
 
 from __future__ import annotations
 
+import json
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,61 @@ def test_apply_merges_per_driver_and_replaces_own_entries(
         "an entry the manager no longer applies is removed; the other driver's stays"
     )
     assert got[0]["networkData"]["interfaceName"] == "eth9"
+
+
+def _with_opaque_config(cp: ControlPlane, namespace: str, *, spaced: bool) -> dict[str, Any]:
+    """A claim allocated to nic-0 whose allocation carries opaque config parameters, stored as
+    compact JSON with sorted keys (kubectl) or as spaced JSON (the Python kubernetes client)."""
+    sep = (", ", ": ") if spaced else (",", ":")
+    base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+    name = f"c-{uuid.uuid4().hex[:8]}"
+
+    def send(method: str, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(  # noqa: S310 - the test's own API server
+            cp.server + path,
+            data=json.dumps(obj, separators=sep, sort_keys=not spaced).encode(),
+            method=method,
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {cp.token}"},
+        )
+        with urllib.request.urlopen(req, context=cp._ssl_context(verify=True)) as resp:  # noqa: S310
+            decoded: dict[str, Any] = json.loads(resp.read())
+            return decoded
+
+    spec = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}]}}
+    claim = send("POST", base, {"metadata": {"name": name}, "spec": spec})
+    opaque = {"driver": NIC, "parameters": {"kind": "NicConfig", "interface": {"name": "net1"}}}
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "r", "driver": NIC, "pool": POOL, "device": "nic-0"}],
+                "config": [{"source": "FromClaim", "requests": ["r"], "opaque": opaque}],
+            }
+        }
+    }
+    return send("PUT", f"{base}/{name}/status", claim)
+
+
+def test_apply_on_a_claim_with_opaque_config(
+    kube: KubeClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    """Claims with a NicConfig carry opaque config in their allocation. Stored as kubectl sends
+    it (compact, keys sorted), their networkData is applied; stored spaced, kube-apiserver
+    1.37.2 refuses every patch of the status, and the error says why and what to do."""
+    claim = _with_opaque_config(control_plane, namespace, spaced=False)
+    meta = claim["metadata"]
+    kube.apply_claim_device_status(
+        namespace, meta["name"], meta["uid"], [entry(NIC, "nic-0", "net1")], field_manager="d"
+    )
+    (got,) = status_devices(kube, claim)
+    assert got["networkData"]["interfaceName"] == "net1"
+
+    claim = _with_opaque_config(control_plane, namespace, spaced=True)
+    meta = claim["metadata"]
+    with pytest.raises(PermanentError, match="as kubectl does") as err:
+        kube.apply_claim_device_status(
+            namespace, meta["name"], meta["uid"], [entry(NIC, "nic-0", "n")], field_manager="d"
+        )
+    assert "status.allocation" in str(err.value)
 
 
 def test_apply_refuses_a_replaced_or_missing_claim(

@@ -308,9 +308,17 @@ def test_sandbox_hooks_get_the_pods_claims_and_their_network_data_is_recorded() 
             ("stop", "claim-1", None, ("vf-3",)),
         ]
 
+        # the sandbox started while drakit was away (no RunPodSandbox came): Synchronize sets
+        # the claim up, and records its networkData
+        del plugin.calls[:]
+        enforcer.synchronize([_pod(), other], [])
+        assert plugin.calls == [("start", "claim-1", "/var/run/netns/cni-1", ("vf-3",))]
+        assert recorded[-1] == ("nic.drakit.io", "claim-1", "netns-test", ["net1"])
+
         plugin.refuse = True  # an error fails the sandbox's creation, with its message
         with pytest.raises(PermanentError, match="the VF is gone"):
             enforcer.run_pod_sandbox(api.RunPodSandboxRequest(pod=_pod()))
+        enforcer.synchronize([_pod()], [])  # at Synchronize it is logged; the rest goes on
 
 
 def test_reserved_pods_are_the_pod_uids_of_status_reserved_for() -> None:

@@ -193,13 +193,26 @@ class Enforcer(Handlers):
     def synchronize(
         self, pods: list[api.PodSandbox], containers: list[api.Container]
     ) -> list[api.ContainerUpdate]:
-        """Set every existing container right (those created while drakit was away too)."""
+        """Set every existing pod and container right (those created while drakit was away too).
+
+        Sandboxes that are gone get ``drakit_pod_sandbox_stop`` for their claims; every existing
+        sandbox with claims gets ``drakit_pod_sandbox_start`` (idempotent): NRI calls no plugin
+        for a sandbox started while the plugin was away, nor again for one whose call a crash
+        cut short. An error there is logged; the pod keeps running.
+        """
         index = self.index()
         updates: list[api.ContainerUpdate] = []
         alive = {p.uid for p in pods}
         for uid in sorted(index.pods.keys() - alive):  # sandboxes gone while drakit was away
             gone = PodSandboxView(id="", pod=PodRef(uid=uid, namespace="", name=""))
             self._stop_sandbox(gone)
+        for pod in pods:  # sandboxes started while drakit was away, or cut short by a crash
+            if pod.uid in index.pods:
+                sandbox = sandbox_view(pod)
+                try:
+                    self._start_sandbox(index, sandbox)
+                except DrakitError as e:
+                    log.error("NRI: pod %s: claim not set up at synchronize: %s", _pod(sandbox), e)
         with self._lock:
             self._pods = {p.id: p for p in pods}
             self._known = {}
@@ -222,8 +235,10 @@ class Enforcer(Handlers):
         """Remember the pod; ``drakit_pod_sandbox_start`` for each claim (an error fails it)."""
         with self._lock:
             self._pods[request.pod.id] = request.pod
-        sandbox = sandbox_view(request.pod)
-        index = self.index()
+        self._start_sandbox(self.index(), sandbox_view(request.pod))
+
+    def _start_sandbox(self, index: DeviceIndex, sandbox: PodSandboxView) -> None:
+        """``drakit_pod_sandbox_start`` for each claim of the pod; the first error is raised."""
         for driver, claim_uid, plugin, devices in self._sandbox_calls(index, sandbox, START):
             got = self.host.pod_sandbox_start(plugin, sandbox, claim_uid, devices)
             log.info("NRI: pod %s: %s set up claim %s", _pod(sandbox), plugin, claim_uid)

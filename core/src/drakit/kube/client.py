@@ -21,7 +21,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from drakit.errors import NotFoundError, PermanentError, RetryableError
+from drakit.errors import ConflictError, NotFoundError, PermanentError, RetryableError
 from drakit.kube.lean import LeanTransport
 from drakit.kube.wire import CONNECT_TIMEOUT, error_for, lines, selector
 
@@ -33,6 +33,9 @@ RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 """Collection path of ``resource.k8s.io/v1`` ResourceSlices."""
 
 _SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
+_RAW_CONFIG_REFUSED = "status.allocation: Invalid value: null: field cannot be modified once set"
+"""kube-apiserver 1.37.2's answer to any patch of the status of a claim whose opaque config
+parameters were not stored as compact JSON with sorted keys (``test_claim_device_status.py``)."""
 
 
 class KubeClient(LeanTransport):
@@ -394,13 +397,28 @@ class KubeClient(LeanTransport):
             "metadata": {"namespace": namespace, "name": name, "uid": uid},
             "status": {"devices": devices},
         }
-        return self._lean(
-            "PATCH",
-            path,
-            what=f"apply status.devices of ResourceClaim {namespace}/{name}",
-            body=json.dumps(patch, separators=(",", ":")).encode(),
-            content_type="application/apply-patch+yaml",  # JSON is YAML
-        )
+        what = f"apply status.devices of ResourceClaim {namespace}/{name}"
+        try:
+            return self._lean(
+                "PATCH",
+                path,
+                what=what,
+                body=json.dumps(patch, separators=(",", ":")).encode(),
+                content_type="application/apply-patch+yaml",  # JSON is YAML
+            )
+        except (NotFoundError, ConflictError):
+            raise
+        except PermanentError as e:
+            if _RAW_CONFIG_REFUSED not in str(e):
+                raise
+            raise PermanentError(
+                f"{e}. kube-apiserver keeps a claim's opaque config parameters as the raw JSON "
+                "it was given and compares them byte for byte; a patch re-encodes them compactly "
+                "with sorted keys, so when the claim (or its template) was created in another "
+                "form (spaced, as the Python kubernetes client sends it, or with unsorted keys), "
+                "no status write succeeds. Create claims and templates as kubectl does (compact "
+                "JSON, keys sorted)"
+            ) from e
 
     # -------------------------------------------------------------------- events
 
