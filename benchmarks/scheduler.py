@@ -86,7 +86,7 @@ def exactly(device_class: str, count: int) -> dict[str, Any]:
 
 
 def webhook_pairs(pairs: int, policy: str) -> dict[str, Any]:
-    """``spec.devices`` of the template the webhook makes for a pod asking for ``pairs``."""
+    """``spec.devices`` of the template a pod asking for ``pairs`` gets (made from the pod)."""
     pod = {
         "metadata": {
             "name": "p",
@@ -97,7 +97,7 @@ def webhook_pairs(pairs: int, policy: str) -> dict[str, Any]:
         },
         "spec": {"containers": [{"name": "c", "image": "x"}]},
     }
-    plan = plan_pod(_host(), AdmissionSettings(), pod, "uid")
+    plan = plan_pod(_host(), AdmissionSettings(), pod)
     assert plan is not None
     devices: dict[str, Any] = plan.template["spec"]["spec"]["devices"]
     return devices

@@ -101,6 +101,9 @@ CONTROLLERS = (
     "job-controller",
 )
 
+WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
+"""The common name of the API server's client certificate for admission webhooks."""
+
 _PR_SET_PDEATHSIG = 1
 _GATE_LINE = re.compile(
     r"^\s*(?:kube:)?([A-Za-z0-9]+)=true\|false \((ALPHA|BETA|DEPRECATED) - default=(true|false)\)"
@@ -387,6 +390,7 @@ class ControlPlane:
         pki = self.run_dir / "pki"
         (pki / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
         self._make_sa_key(pki)
+        admission_config = self._make_webhook_client(pki)
         self.api_port = free_port()
         api_args = [
             f"--etcd-servers={etcd_url}",
@@ -401,6 +405,7 @@ class ControlPlane:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--endpoint-reconciler-type=none",
             f"--disable-admission-plugins={','.join(self._disabled_admission)}",
+            f"--admission-control-config-file={admission_config}",
             "--allow-privileged=true",
             *gate_flags,
         ]
@@ -601,6 +606,65 @@ class ControlPlane:
             capture_output=True,
             timeout=60,
         )
+
+    @property
+    def webhook_client_ca(self) -> Path:
+        """The CA of the client certificate the API server presents to admission webhooks."""
+        return self.run_dir / "pki" / "webhook-client-ca.crt"
+
+    def _make_webhook_client(self, pki: Path) -> Path:
+        """A client certificate (CN :data:`WEBHOOK_CLIENT_NAME`) that the API server presents
+        to every admission webhook, through its AdmissionConfiguration; the config's path.
+
+        As a cluster operator gives the API server a kubeconfig for webhooks; a webhook that
+        does not ask for a client certificate never sees it.
+        """
+        ca, ca_key = self.webhook_client_ca, pki / "webhook-client-ca.key"
+        cert, key, csr = pki / "webhook-client.crt", pki / "webhook-client.key", pki / "wc.csr"
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        ca_subject = "/CN=drakit-e2e-webhook-client-ca"
+        steps: list[list[str | Path]] = [
+            ["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-subj", ca_subject, "-days", "2"],
+            ["req", *ec, "-keyout", key, "-out", csr, "-subj", f"/CN={WEBHOOK_CLIENT_NAME}"],
+            ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-out", cert, "-days", "2"],
+        ]
+        for step in steps:
+            argv = ["openssl", *(str(a) for a in step)]
+            subprocess.run(argv, check=True, capture_output=True, timeout=60)
+        kubeconfig = pki / "admission-kubeconfig.json"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "users": [
+                        {
+                            "name": "*",
+                            "user": {"client-certificate": str(cert), "client-key": str(key)},
+                        }
+                    ],
+                }
+            )
+        )
+        webhook = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(kubeconfig),
+        }
+        config = pki / "admission-config.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": [
+                        {"name": "ValidatingAdmissionWebhook", "configuration": webhook},
+                        {"name": "MutatingAdmissionWebhook", "configuration": webhook},
+                    ],
+                }
+            )
+        )
+        return config
 
     def _write_kubeconfig(self) -> None:
         config = {

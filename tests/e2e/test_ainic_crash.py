@@ -2,7 +2,9 @@
 
 One node on ``h200-8gpu-8ainic`` with ainic-0 in ``shared`` mode: its VFs are created on demand
 (the simulated SR-IOV kernel runs beside the tree in the test process). For each crash point of
-:data:`drakit.prepare.faults.CRASH_POINTS` the node runs with ``DRAKIT_CRASH_AT`` set, the kubelet
+:data:`drakit.prepare.faults.CRASH_POINTS` and each step of the VF share's own prepare
+(:data:`drakit_amd_ainic.prepare.CRASH_POINTS`: pool recorded, VFs created, choice recorded, VF
+settings applied) the node runs with ``DRAKIT_CRASH_AT`` set, the kubelet
 stand-in prepares a scheduled pod's share (and, for the unprepare points, unprepares it), the
 node dies with SIGKILL inside the call, is restarted without the variable, and the kubelet
 unprepares the claim. Afterwards the PF has no VFs (the on-demand pool is gone), the VF ledger
@@ -36,6 +38,7 @@ from tests.e2e.nodeproc import (
 from drakit.host.startup import fast_tmp
 from drakit.prepare.faults import CRASH_POINTS
 from drakit.sim import SysfsBuilder, get_profile
+from drakit_amd_ainic.prepare import CRASH_POINTS as VF_STEPS
 from drakit_amd_ainic.sim import SriovKernel, vf_settings
 
 pytestmark = pytest.mark.e2e
@@ -140,10 +143,10 @@ def env(
             dirs.remove()
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
+@pytest.mark.parametrize("point", [*CRASH_POINTS, *VF_STEPS])
 def test_killed_then_restarted_and_unprepared_leaves_no_vf(env: Env, point: str) -> None:
     state = f"k-{point}"
-    preparing = point.startswith("prepare-")
+    preparing = not point.startswith("unprepare-")
     with env.process(f"{point}-crash", {"DRAKIT_CRASH_AT": point}) as doomed:
         if not preparing:
             ok = env.kubelet("prepare", state)

@@ -673,8 +673,11 @@ def test_webhook_manages_claim_templates(release: Release, webhook: Caller) -> N
     assert status == 201, created
     status, _ = webhook("GET", f"{templates}/pairs")
     assert status == 200
+    status, _ = webhook("PUT", f"{templates}/pairs", created)  # an owner added
+    assert status == 200
+    status, _ = webhook("GET", "/api/v1/pods?labelSelector=webhook.drakit.io%2Fmutated%3Dtrue")
+    assert status == 200  # the template controller's list (and watch)
     for method, path, payload in (
-        ("PUT", f"{templates}/pairs", created),
         ("GET", templates, None),
         ("GET", f"{RESOURCE}/resourceclaimtemplates", None),
     ):
@@ -702,7 +705,7 @@ def test_webhook_reads_device_classes_and_records_events(release: Release, webho
     ("method", "path_fmt", "body"),
     [
         pytest.param("GET", "/api/v1/namespaces/{ns}/secrets", None, id="list-secrets"),
-        pytest.param("GET", "/api/v1/namespaces/{ns}/pods", None, id="list-pods"),
+        pytest.param("DELETE", "/api/v1/namespaces/{ns}/pods/x", None, id="delete-pod"),
         pytest.param("POST", "/api/v1/namespaces/{ns}/pods", {"metadata": {}}, id="create-pod"),
         pytest.param("GET", "{r}/resourceslices", None, id="list-slices"),
         pytest.param("POST", "{r}/resourceslices", {"metadata": {}}, id="create-slice"),

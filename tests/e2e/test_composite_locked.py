@@ -13,7 +13,10 @@ Shown with the real kube-scheduler:
 * the other way round: a lone CPU claim on NUMA node 0 first keeps that node's shares out, not
   those of NUMA node 1;
 * the kubelet stand-in prepares a share's pod: the container gets 28 CPUs of the share's NUMA
-  node from the CPU backend (on record under it), and unprepare removes them.
+  node from the CPU backend (on record under it), and unprepare removes them;
+* the checkpoint junked while a share is prepared, the node restarted: neither the share's CPU
+  group (a lone claim) nor a sibling share is prepared for another claim until the share is
+  unprepared; the other NUMA node's devices are served meanwhile (issue 30, class 1).
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ import pytest
 from tests.e2e.controlplane import ControlPlane, KubeletStandIn, wait_for
 from tests.e2e.nodeproc import (
     RESOURCE,
+    NodeDirs,
+    NodeProcess,
     Running,
+    allocated_claim,
     kubelet_flags,
     running_node,
 )
@@ -46,6 +52,7 @@ from tests.e2e.test_composite_pairs import (
 from drakit.cpuset import parse_cpulist
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
+from drakit.models import ClaimRef
 
 pytestmark = pytest.mark.e2e
 
@@ -168,3 +175,80 @@ def test_a_share_pods_container_gets_28_cpus_of_its_numa_node(
     assert unprepared.exit_code == 0, (unprepared.doc, unprepared.stderr[-3000:])
     assert uid not in node.dirs.checkpoint(DRIVER)
     _release(cp, ns, ["job"])
+
+
+def test_a_junked_checkpoint_never_prepares_a_prepared_shares_cpus_again(
+    control_plane: ControlPlane, node: Running, namespace: str
+) -> None:
+    """Issue 30, class 1, through the real node process: a share prepared, the node stopped,
+    its checkpoint junked, the node restarted. Claims allocated by hand (stale allocations the
+    scheduler's counters would not make) to the share's CPU group and to a sibling share are
+    refused, naming the claim and the checkpoint; a claim on the other NUMA node is served;
+    once the share is unprepared both are prepared."""
+    cp, ns = control_plane, namespace
+    name = f"ljunk-{uuid.uuid4().hex[:6]}"
+    dirs = NodeDirs.create("dk-ljunk-")
+    cp.create_node(name)
+
+    def process(label: str) -> NodeProcess:
+        return NodeProcess(
+            kubeconfig=cp.kubeconfig,
+            node_name=name,
+            dirs=dirs,
+            plugins=PLUGINS,
+            profile=PROFILE,
+            instance_id="ljunk",
+            name=label,
+        )
+
+    def by_hand(claim: str, device: str, **result: Any) -> ClaimRef:
+        made = allocated_claim(
+            cp,
+            ns,
+            claim,
+            [{"request": "r", "driver": DRIVER, "pool": name, "device": device, **result}],
+            device_class=node.classes["cpu"],
+        )
+        return ClaimRef(namespace=ns, name=claim, uid=made["metadata"]["uid"])
+
+    try:
+        with process("first") as first:
+            first.wait_ready(timeout=90)
+            _wait_published(cp, name, 10, DRIVER)
+            share = by_hand("share", "cpu-numa-0-share-0")
+            with first.client(DRIVER) as client:
+                assert client.prepare([share])[share.uid].error == ""
+            assert first.terminate() == 0
+        (dirs.state_dir / DRIVER / "checkpoint.json").write_text("{ junk")
+        lone = by_hand(
+            "lone", "cpu-numa-0", consumedCapacity={"cpu": "28"}, shareID=str(uuid.uuid4())
+        )
+        sibling = by_hand("sibling", "cpu-numa-0-share-1")
+        elsewhere = by_hand("elsewhere", "cpu-numa-1-share-0")
+        with process("restart") as proc:
+            proc.wait_ready(timeout=90)
+            with proc.client(DRIVER) as client:
+                got = client.prepare([lone, sibling, elsewhere])
+            assert f"device 'cpu-numa-0' is shared with claim with UID {share.uid}" in (
+                got[lone.uid].error
+            ), got[lone.uid].error
+            assert "member devices cpu-numa-0 of plugin 'cpu' are held by claims" in (
+                got[sibling.uid].error
+            ), got[sibling.uid].error
+            assert "checkpoint.json was lost" in got[sibling.uid].error
+            for refused in (lone, sibling):
+                assert not [n for n in dirs.cdi_specs() if refused.uid in n]
+            assert got[elsewhere.uid].error == ""
+            with proc.client(DRIVER) as client:
+                assert client.unprepare([share])[share.uid].error == ""
+                again = client.prepare([lone, sibling])
+            assert all(again[r.uid].error == "" for r in (lone, sibling)), again
+            with proc.client(DRIVER) as client:
+                client.unprepare([lone, sibling, elsewhere])
+            assert proc.terminate() == 0
+        assert list(dirs.state_dir.joinpath(DRIVER).glob("checkpoint.json.corrupt-*"))
+        for r in (share, lone, sibling, elsewhere):
+            cp.api("DELETE", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{r.name}")
+    finally:
+        cp.delete_node(name)
+        dirs.remove()

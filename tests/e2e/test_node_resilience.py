@@ -4,7 +4,8 @@
 label no rail can be (valid to the API server), one of whose GPUs fails an NVML query at
 discovery, and whose NVML answers NotSupported when another GPU is registered for events
 (the fake NVML's faults, in the simulated tree the process reads). It must start, serve every
-backend, publish the rest, and name each problem in its log.
+backend, publish the rest, and name each problem: in its log, per item in the metric
+``drakit_skipped_items{driver,kind,reason}``, and in a Warning Event on the Node per item.
 """
 
 from __future__ import annotations
@@ -82,6 +83,39 @@ def test_a_bad_label_a_failing_gpu_and_nvml_without_events_do_not_stop_the_node(
             assert "NVML GPU 3:" in log
             assert f"XID health watching is off for GPU {uuids[5]}" in log
             assert f"ainic.drakit.io/rail.enp24s0='{BAD_RAIL}'" in log
+
+            # named per item: the metric, by driver, kind and a fixed reason word
+            status, metrics = proc.http("/metrics")
+            assert status == 200
+            nvidia, ainic = DRIVERS["nvidia_gpu"], DRIVERS["amd_ainic"]
+            for driver, kind, reason in (
+                (nvidia, "device", "nvml-error"),
+                (nvidia, "health", "not-supported"),
+                (ainic, "label", "bad-value"),
+            ):
+                series = f'driver="{driver}",kind="{kind}",reason="{reason}"'
+                assert f"drakit_skipped_items{{{series}}} 1.0" in metrics, metrics
+            assert metrics.count("drakit_skipped_items{") == 3
+
+            # ... and an Event on the Node for each
+            def node_events() -> dict[str, str] | None:
+                items = cp.api(
+                    "GET",
+                    f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name={name}",
+                )["items"]
+                got = {
+                    e["reason"]: e["message"]
+                    for e in items
+                    if e["involvedObject"]["kind"] == "Node"
+                }
+                want = {"DeviceSkipped", "HealthWatchingOff", "NodeLabelIgnored"}
+                return got if want <= set(got) else None
+
+            events = wait_for(node_events, timeout=30, what="a Node Event per skipped item")
+            assert "device gpu3: NVML GPU 3:" in events["DeviceSkipped"]
+            assert f"health {uuids[5]}: XID health watching is off" in events["HealthWatchingOff"]
+            assert "label ainic.drakit.io/rail.enp24s0: " in events["NodeLabelIgnored"]
+            assert "is not a rail" in events["NodeLabelIgnored"]
             assert proc.terminate() == 0
     finally:
         cp.delete_node(name)

@@ -26,16 +26,23 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.e2e.controlplane import free_port
 
-__all__ = ["Certificates", "WebhookProcess", "make_certificates", "webhook_configurations"]
+__all__ = [
+    "Certificates",
+    "WebhookProcess",
+    "make_certificates",
+    "sign_client_certificate",
+    "webhook_configurations",
+]
 
 
 @dataclass(frozen=True)
 class Certificates:
-    """PEM files: the CA, and the server's certificate and key."""
+    """PEM files: the CA, and the server's certificate and key (and the CA's key)."""
 
     ca: Path
     cert: Path
     key: Path
+    ca_key: Path | None = None
 
     @property
     def ca_bundle(self) -> str:
@@ -83,8 +90,12 @@ def make_certificates(directory: Path, *, common_name: str = "drakit-webhook") -
         .sign(ca_key, hashes.SHA256())
     )
     out = Certificates(
-        ca=directory / "ca.crt", cert=directory / "tls.crt", key=directory / "tls.key"
+        ca=directory / "ca.crt",
+        cert=directory / "tls.crt",
+        key=directory / "tls.key",
+        ca_key=directory / "ca.key",
     )
+    _write_key(directory / "ca.key", ca_key)
     out.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     out.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     out.key.write_bytes(
@@ -96,6 +107,48 @@ def make_certificates(directory: Path, *, common_name: str = "drakit-webhook") -
     )
     out.key.chmod(0o600)
     return out
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def sign_client_certificate(
+    ca: Certificates, common_name: str, directory: Path
+) -> tuple[Path, Path]:
+    """A client certificate for ``common_name`` signed by ``ca``'s CA; (cert, key) files."""
+    assert ca.ca_key is not None
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_cert = x509.load_pem_x509_certificate(ca.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "client.crt", directory / "client.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_file, key)
+    return cert_file, key_file
 
 
 def _drakit_argv() -> list[str]:
@@ -229,7 +282,7 @@ def webhook_configurations(
                 ],
                 "namespaceSelector": selector,
                 "failurePolicy": "Fail",
-                "sideEffects": "NoneOnDryRun",
+                "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
                 "timeoutSeconds": 10,
                 "reinvocationPolicy": "IfNeeded",
@@ -254,7 +307,7 @@ def webhook_configurations(
                 ],
                 "namespaceSelector": selector,
                 "failurePolicy": "Fail",
-                "sideEffects": "NoneOnDryRun",
+                "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
                 "timeoutSeconds": 10,
             }

@@ -1,8 +1,9 @@
 """The admission engine without a cluster: opaque config validation, the review format.
 
 The plugin host is real (the installed cpu and composite backends and the shipped
-strategies); what needs the API server (templates, events) is covered by
-``tests/e2e/test_webhook.py``, and dry-run admissions here make no API call. The pod mutator
+strategies). The engine holds no API client: no review, dry run or not, can make it create,
+change or delete anything (``sideEffects: None``); the template controller that makes what
+admitted pods need is covered by ``tests/e2e/test_webhook.py``. The pod mutator
 the reviews go through is the composite's pair pods; what it plans is tested with the backend,
 in ``plugins/composite/tests/test_admission.py``.
 """
@@ -13,12 +14,10 @@ import base64
 import json
 from typing import Any
 
-import kubernetes.client
 import pytest
 
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
-from drakit.kube import KubeClient
 from drakit.models import NodeInfo
 from drakit.webhook import AdmissionRequest, parse_review, to_review
 from drakit.webhook.admission import Admission
@@ -55,9 +54,7 @@ def review(kind: str, obj: dict[str, Any], *, dry_run: bool = True, group: str =
 
 @pytest.fixture(scope="module")
 def engine(host: PluginHost) -> Admission:
-    # dry-run reviews only: the client is never used, so it points at a closed loopback port
-    api = kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
-    return Admission(host, KubeClient(api), [PairPods(AdmissionSettings())])
+    return Admission(host, [PairPods(AdmissionSettings())])
 
 
 def cpu_claim(policy: str) -> dict[str, Any]:
@@ -125,6 +122,11 @@ def test_dry_run_pod_review_round_trip(engine: Admission) -> None:
     assert answer["response"]["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(answer["response"]["patch"]))
     assert {"op": "add", "path": "/spec/resourceClaims", "value": [ops[1]["value"][0]]} in ops
+    # labelled for the template controller, which makes the template the entry names
+    assert ops[-2:] == [
+        {"op": "add", "path": "/metadata/labels", "value": {}},
+        {"op": "add", "path": "/metadata/labels/webhook.drakit.io~1mutated", "value": "true"},
+    ]
     bad = parse_review(review("Pod", pair_pod("x")))
     refused = to_review(bad.uid, engine.mutate_pod(bad))["response"]
     assert refused["allowed"] is False

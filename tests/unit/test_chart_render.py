@@ -276,6 +276,47 @@ def test_webhook_configurations(helm: Helm) -> None:
     assert "--port=8443" in args
 
 
+def test_webhook_has_no_side_effects_and_may_authenticate_the_api_server(helm: Helm) -> None:
+    objects = helm.template()
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        assert one(objects, kind)["webhooks"][0]["sideEffects"] == "None"
+    assert not [o for o in by_kind(objects, "ConfigMap") if "admission" in o["metadata"]["name"]]
+
+    objects = helm.template({"webhook": {"clientAuth": {"enabled": True}}})
+    client = next(o for o in by_kind(objects, "Secret") if o["metadata"]["name"].endswith("client"))
+    assert set(client["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--client-ca=/etc/drakit/client-ca/ca.crt" in args
+    assert "--client-name=drakit-apiserver" in args
+    [volume] = [v for v in pod["volumes"] if v["name"] == "client-ca"]
+    # the pod gets the CA only, never the API server's key
+    assert volume["secret"] == {
+        "secretName": client["metadata"]["name"],
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    [shipped] = [o for o in by_kind(objects, "ConfigMap") if "admission" in o["metadata"]["name"]]
+    admission = yaml.safe_load(shipped["data"]["admission-config.yaml"])
+    assert admission["kind"] == "AdmissionConfiguration"
+    assert {p["name"] for p in admission["plugins"]} == {
+        "ValidatingAdmissionWebhook",
+        "MutatingAdmissionWebhook",
+    }
+    kubeconfig = yaml.safe_load(shipped["data"]["webhook-kubeconfig.yaml"])
+    [user] = kubeconfig["users"]
+    assert user["name"] == "drakit-drakit-webhook.drakit.svc"  # the service the API server calls
+    assert user["user"]["client-certificate"] == "/etc/kubernetes/drakit-webhook/tls.crt"
+
+    objects = helm.template(
+        {"webhook": {"clientAuth": {"enabled": True, "source": "secret", "caSecret": "mine"}}}
+    )
+    assert not [o for o in by_kind(objects, "Secret") if o["metadata"]["name"].endswith("client")]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert [v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "client-ca"] == [
+        "mine"
+    ]
+
+
 def test_cert_manager_tls(helm: Helm) -> None:
     objects = helm.template({"webhook": {"tls": {"source": "certManager"}}})
     assert sorted(o["kind"] for o in objects if o["apiVersion"] == "cert-manager.io/v1") == [

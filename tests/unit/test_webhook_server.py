@@ -1,7 +1,7 @@
 """The HTTPS transport: TLS from files, reloaded when they change; paths; bad requests.
 
 The server runs in a thread on 127.0.0.1 with certificates made by ``cryptography``; clients
-verify it against the CA. The engine is the real one on dry-run reviews (no API calls).
+verify it against the CA. The engine is the real one (it holds no API client).
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import kubernetes.client
 import pytest
-from tests.e2e.webhookproc import Certificates, make_certificates
+from tests.e2e.webhookproc import Certificates, make_certificates, sign_client_certificate
 
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
-from drakit.kube import KubeClient
 from drakit.models import NodeInfo
 from drakit.webhook import WebhookServer
 from drakit.webhook.admission import Admission
@@ -37,7 +35,7 @@ def served(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates]]:
         DrakitSettings(plugins={"cpu": {}, "composite": {}}),
         NodeInfo(name="webhook", sysfs_root="/nonexistent"),
     )
-    engine = Admission(host, KubeClient(_unused_api()), [PairPods(AdmissionSettings())])
+    engine = Admission(host, [PairPods(AdmissionSettings())])
     server = WebhookServer(engine, certs.cert, certs.key, address="127.0.0.1", port=0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -135,7 +133,7 @@ def test_a_half_written_pair_keeps_the_previous_certificate(
 
 def test_unreadable_files_fail_at_start(tmp_path: Path) -> None:
     host = PluginHost(DrakitSettings(plugins={}), NodeInfo(name="w", sysfs_root="/nonexistent"))
-    engine = Admission(host, KubeClient(_unused_api()), [PairPods(AdmissionSettings())])
+    engine = Admission(host, [PairPods(AdmissionSettings())])
     with pytest.raises(FileNotFoundError):
         WebhookServer(engine, tmp_path / "no.crt", tmp_path / "no.key", port=0)
 
@@ -169,11 +167,6 @@ def test_the_command_refuses_a_bad_certificate_in_one_line(
     assert len(err.strip().splitlines()) == 1
 
 
-def _unused_api() -> kubernetes.client.ApiClient:
-    """A client for a closed loopback port: these reviews never reach the API server."""
-    return kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://127.0.0.1:9"))
-
-
 @pytest.fixture
 def bounded(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates]]:
     """A server with 4 connection slots and a 1 s request deadline."""
@@ -182,7 +175,7 @@ def bounded(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates]]:
         DrakitSettings(plugins={"cpu": {}, "composite": {}}),
         NodeInfo(name="webhook", sysfs_root="/nonexistent"),
     )
-    engine = Admission(host, KubeClient(_unused_api()), [PairPods(AdmissionSettings())])
+    engine = Admission(host, [PairPods(AdmissionSettings())])
     server = WebhookServer(
         engine,
         certs.cert,
@@ -329,3 +322,59 @@ def test_deeply_nested_configs_of_other_drivers_are_admitted_and_drakit_ones_ref
             "spec.devices.config[0].opaque.parameters: nested deeper than 32 levels"
             in (response["status"]["message"])
         )
+
+
+@pytest.fixture
+def authenticated(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates, Certificates]]:
+    """A server that answers admissions only to certificates of ``clients``' CA named
+    ``kube-apiserver``; its certificates, and the clients' CA with such a client."""
+    certs = make_certificates(tmp_path / "s")
+    clients = make_certificates(tmp_path / "c", common_name="kube-apiserver")
+    host = PluginHost(
+        DrakitSettings(plugins={"cpu": {}, "composite": {}}),
+        NodeInfo(name="webhook", sysfs_root="/nonexistent"),
+    )
+    engine = Admission(host, [PairPods(AdmissionSettings())])
+    server = WebhookServer(
+        engine,
+        certs.cert,
+        certs.key,
+        address="127.0.0.1",
+        port=0,
+        client_ca=clients.ca,
+        client_names=frozenset({"kube-apiserver"}),
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, certs, clients
+    finally:
+        server.shutdown()
+        thread.join(10)
+
+
+def test_admission_needs_the_api_servers_client_certificate(
+    authenticated: tuple[WebhookServer, Certificates, Certificates], tmp_path: Path
+) -> None:
+    server, certs, clients = authenticated
+    anonymous = certs.context()
+    status, body = call(server, anonymous, "POST", "/mutate-pods", pod_review())
+    assert (status, body) == (401, b"a client certificate is required\n")
+    status, _ = call(server, anonymous, "POST", "/validate-claims", pod_review())
+    assert status == 401
+    assert call(server, anonymous, "GET", "/healthz")[0] == 200  # the kubelet's probes
+    apiserver = certs.context()
+    apiserver.load_cert_chain(clients.cert, clients.key)
+    status, body = call(server, apiserver, "POST", "/mutate-pods", pod_review())
+    assert status == 200
+    assert json.loads(body)["response"]["allowed"] is True
+    # another name from the same CA: refused by name
+    other = make_certificates(tmp_path / "o", common_name="someone")
+    named = certs.context()
+    named.load_cert_chain(*sign_client_certificate(clients, "someone", tmp_path / "n"))
+    assert call(server, named, "POST", "/mutate-pods", pod_review())[0] == 403
+    # a certificate of another CA does not even complete the handshake
+    stranger = certs.context()
+    stranger.load_cert_chain(other.cert, other.key)
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        call(server, stranger, "POST", "/mutate-pods", pod_review())

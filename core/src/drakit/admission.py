@@ -10,9 +10,17 @@ mutates pods registers a factory under the :data:`MUTATOR_GROUP` entry point gro
 The factory is called once at start-up with the webhook's :class:`WebhookOptions` and the
 configured backends' driver names, and returns a :class:`PodMutator`. For each pod created,
 the webhook asks the mutators in entry point name order; the first that answers (does not
-return ``None``) decides. After it admitted a ResourceClaim, the webhook tells every mutator
-(:meth:`PodMutator.claim_admitted`), so a mutator can clean up what it created for the pod.
-A mutator reaches the API server and the strategies only through :class:`AdmissionServices`.
+return ``None``) decides.
+
+The webhook has no side effects (``sideEffects: None``): answering a review creates, deletes
+and records nothing, whoever sends it. What a pod needs in its namespace (a
+ResourceClaimTemplate that its patched ``spec.resourceClaims`` names) is made afterwards by the
+template controller of ``drakit webhook``, from the pod as the API server stored it: the
+controller asks each mutator :meth:`PodMutator.pod_needs` for a pod the webhook labelled
+(:data:`PODS_LABEL`), creates the templates in the pod's own namespace, labelled
+:data:`CREATED_LABEL` and owned by the pods that use them (the Kubernetes garbage collector
+deletes a template with its last pod), and records the events with the mutator's text. A
+mutator reaches the strategies only through :class:`AdmissionServices`.
 
 The request and response models are those of ``admission.k8s.io/v1`` (only the fields drakit
 reads are modelled).
@@ -21,25 +29,41 @@ reads are modelled).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from drakit.strategy_models import ShapedClaim, SimpleRequest
 
 __all__ = [
+    "CREATED_BY",
+    "CREATED_LABEL",
     "MUTATOR_GROUP",
+    "PODS_LABEL",
     "AdmissionRequest",
     "AdmissionResponse",
     "AdmissionServices",
     "GroupVersionKind",
     "MutatorFactory",
+    "PodEvent",
     "PodMutator",
+    "PodNeeds",
     "WebhookOptions",
 ]
 
 MUTATOR_GROUP = "drakit.admission"
 """Pod mutators: ``name = "pkg.module:factory"``, see :data:`MutatorFactory`."""
+
+PODS_LABEL = "webhook.drakit.io/mutated"
+"""Put on every pod the webhook patched (value ``"true"``): the template controller watches
+these pods only. A pod labelled by hand gets nothing its own annotations and immutable spec do
+not already ask for (:meth:`PodMutator.pod_needs` recomputes from them)."""
+
+CREATED_LABEL = "webhook.drakit.io/created-by"
+CREATED_BY = "drakit-webhook"
+"""Every ResourceClaimTemplate the template controller creates carries
+``CREATED_LABEL: CREATED_BY``; it changes no template without it (it adds an owner to its own
+templates only) and deletes none."""
 
 
 class GroupVersionKind(BaseModel):
@@ -97,7 +121,7 @@ class WebhookOptions(BaseModel):
 
 
 class AdmissionServices(Protocol):
-    """What the webhook does for a mutator: shaping, and the API calls it may make."""
+    """What the webhook does for a mutator: shaping. It makes no API call for a mutator."""
 
     def shape(self, strategy: str, request: SimpleRequest) -> ShapedClaim:
         """Shape ``request`` with the installed strategy ``strategy``.
@@ -107,30 +131,28 @@ class AdmissionServices(Protocol):
         """
         ...
 
-    def create_claim_template(self, namespace: str, template: Mapping[str, Any]) -> None:
-        """Create a ResourceClaimTemplate; one of that name existing already is no error.
 
-        Raises:
-            DrakitError: the API server refused it or cannot be reached.
-        """
-        ...
+class PodEvent(BaseModel):
+    """An Event the template controller records about a pod (``involvedObject`` is the pod)."""
 
-    def delete_claim_template_later(self, namespace: str, name: str, delay: float) -> None:
-        """Delete a ResourceClaimTemplate ``delay`` seconds from now, in the background.
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-        A template already gone is no error; any other failure is logged.
-        """
-        ...
+    reason: str = Field(pattern=r"^[A-Z][A-Za-z0-9]{0,127}$", description="CamelCase reason")
+    message: str = Field(max_length=1024, description="The mutator's own text, for humans")
+    type: Literal["Normal", "Warning"] = "Warning"
 
-    def record_event(
-        self, involved: Mapping[str, str], reason: str, message: str, type: str = "Warning"
-    ) -> None:
-        """Record an Event about ``involved`` (kind, apiVersion, namespace, name, uid).
 
-        Raises:
-            DrakitError: the API server refused it or cannot be reached.
-        """
-        ...
+class PodNeeds(BaseModel):
+    """What a created pod needs in its namespace, recomputed by the mutator from the pod."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    templates: tuple[dict[str, Any], ...] = Field(
+        default=(),
+        description="ResourceClaimTemplates (apiVersion, kind, metadata.name, spec) the pod's "
+        "spec.resourceClaims name; created in the pod's namespace, owned by the pod",
+    )
+    events: tuple[PodEvent, ...] = Field(default=(), description="Recorded once per pod")
 
 
 class PodMutator(Protocol):
@@ -139,13 +161,25 @@ class PodMutator(Protocol):
     def mutate_pod(
         self, request: AdmissionRequest, services: AdmissionServices
     ) -> AdmissionResponse | None:
-        """Answer the creation of a pod (``request.object``), or ``None`` when it is not yours."""
+        """Answer the creation of a pod (``request.object``), or ``None`` when it is not yours.
+
+        Computes only: no object may be created for the answer (the webhook is
+        ``sideEffects: None``); a template the patch names comes from :meth:`pod_needs`.
+        """
         ...
 
-    def claim_admitted(
-        self, namespace: str, claim: Mapping[str, Any], services: AdmissionServices
-    ) -> None:
-        """A ResourceClaim was admitted (created, not a dry run): note it, clean up for it."""
+    def pod_needs(self, pod: Mapping[str, Any], services: AdmissionServices) -> PodNeeds | None:
+        """What ``pod`` (as stored, after admission) needs, or ``None`` when it is not yours.
+
+        Called by the template controller for each pod labelled :data:`PODS_LABEL`, from
+        nothing but the pod; a template returned must be the one the pod's (immutable)
+        ``spec.resourceClaims`` names, recomputed, never a name or content taken from a
+        mutable field as it is.
+
+        Raises:
+            ConfigInvalid / DrakitError: the pod's annotations no longer make sense (logged,
+                nothing is created).
+        """
         ...
 
 

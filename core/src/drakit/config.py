@@ -81,7 +81,7 @@ def _format_loc(loc: tuple[int | str, ...], prefix: str) -> str:
         if isinstance(item, int):
             parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
         else:  # a key from the file is shown quoted when it would break the one-line error
-            plain = item.isprintable() and len(item) <= 80  # noqa: PLR2004
+            plain = item.isprintable() and 0 < len(item) <= 80  # noqa: PLR2004 - "" shows as ''
             parts.append(item if plain else repr(item[:80]))
     return ".".join(parts)
 

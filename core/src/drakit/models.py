@@ -123,6 +123,7 @@ _QUANTITY_PARTS = re.compile(
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _MAX_EXPONENT = 64  # beyond any quantity the API server keeps exactly; stops 1e999999999
+_MAX_NUMBER_CHARS = 128  # likewise for the digits (Python refuses int() of 4,300 and more)
 
 
 def quantity_value(text: str) -> Fraction | None:
@@ -131,6 +132,8 @@ def quantity_value(text: str) -> Fraction | None:
     if not m:
         return None
     number, exponent, suffix = m.group(1), m.group(2), m.group(3) or ""
+    if len(number) > _MAX_NUMBER_CHARS:
+        return None
     value = Fraction(number)
     if exponent:
         power = int(exponent[1:])

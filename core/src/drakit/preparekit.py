@@ -5,17 +5,37 @@ published (:func:`published_device`), reads whole-unit consumed capacities of sh
 (:func:`whole_quantity`), and answers one :class:`~drakit.models.PreparedDevice` per allocated
 device (:func:`prepared_device`). Errors are :class:`~drakit.errors.PermanentError`: retrying
 cannot make an unknown device known or a fractional CPU whole.
+
+A backend whose prepare takes several steps that change the host (create VFs, record them,
+configure them) marks each with :func:`crash_point`, so the crash tests can ``kill -9`` the
+node between any two of them (``DRAKIT_CRASH_AT``, :mod:`drakit.prepare.faults`).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from drakit.errors import PermanentError
 from drakit.models import AllocatedDevice, CdiEdits, NetworkData, PreparedDevice, quantity_value
 
-__all__ = ["prepared_device", "published_device", "whole_quantity"]
+__all__ = ["crash_point", "prepared_device", "published_device", "whole_quantity"]
+
+_CRASH_AT = frozenset(p for p in os.environ.get("DRAKIT_CRASH_AT", "").split(",") if p)
+
+
+def crash_point(name: str) -> None:
+    """Die here with SIGKILL (exactly ``kill -9``) if ``DRAKIT_CRASH_AT`` names this point.
+
+    ``DRAKIT_CRASH_AT`` (comma-separated point names) is read once, when drakit is imported:
+    the crash tests set it in the node's environment; a point costs a set lookup. Name a
+    backend's points ``<plugin>-after-<step>`` and list them where its crash test finds them.
+    """
+    if name in _CRASH_AT:
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 _T = TypeVar("_T")
 

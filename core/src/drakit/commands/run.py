@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,19 @@ def _lean_log_records() -> None:
 @click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--kueue", is_flag=True, help="Emit exactly requests only (Kueue-managed pods).")
 @click.option("--pair-class", default="gpu-nic-pair", show_default=True, help="Pairs' class.")
+@click.option(
+    "--client-ca",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Answer admission calls only from clients with a certificate signed by this CA "
+    "(the API server's, from its AdmissionConfiguration kubeconfig).",
+)
+@click.option(
+    "--client-name",
+    "client_names",
+    multiple=True,
+    help="With --client-ca: the client certificate's common name (or a DNS name) must be one "
+    "of these (repeatable).",
+)
 def webhook(
     cert_file: Path,
     key_file: Path,
@@ -121,8 +135,14 @@ def webhook(
     kubeconfig: Path | None,
     kueue: bool,
     pair_class: str,
+    client_ca: Path | None,
+    client_names: tuple[str, ...],
 ) -> None:
-    """Serve the admission webhook over HTTPS: /mutate-pods, /validate-claims, /healthz."""
+    """Serve the admission webhook over HTTPS: /mutate-pods, /validate-claims, /healthz.
+
+    Answers have no side effects; the templates that patched pods name are made in the pods'
+    namespaces by the template controller running in this process.
+    """
     from drakit.admission import WebhookOptions  # noqa: PLC0415
     from drakit.host.mutators import load_mutators  # noqa: PLC0415
     from drakit.host.pluginhost import PluginHost  # noqa: PLC0415
@@ -130,23 +150,48 @@ def webhook(
     from drakit.models import NodeInfo  # noqa: PLC0415
     from drakit.webhook import WebhookServer  # noqa: PLC0415
     from drakit.webhook.admission import Admission  # noqa: PLC0415
+    from drakit.webhook.templates import TemplateController  # noqa: PLC0415
 
+    if client_names and client_ca is None:
+        raise UserError("--client-name needs --client-ca (the CA that signs those clients)")
     settings = effective_settings(load_settings(config_path, overrides={"kubeconfig": kubeconfig}))
     logging.getLogger().setLevel(settings.log_level)
     host = PluginHost(settings, NodeInfo(name="webhook", sysfs_root="/"))
     options = WebhookOptions(kueue=kueue, flags={"pair_class": pair_class})
     mutators = load_mutators(options, host.driver_names())
-    engine = Admission(host, KubeClient.from_kubeconfig(settings.kubeconfig), mutators)
+    engine = Admission(host, mutators)
     try:
-        server = WebhookServer(engine, cert_file, key_file, address=address, port=port)
+        server = WebhookServer(
+            engine,
+            cert_file,
+            key_file,
+            address=address,
+            port=port,
+            client_ca=client_ca,
+            client_names=frozenset(client_names),
+        )
     except (OSError, ssl.SSLError) as e:
         raise UserError(f"cannot serve on {address}:{port} with {cert_file}: {e}") from e
+    if client_ca is None:
+        logging.getLogger(__name__).warning(
+            "webhook callers are not authenticated (no --client-ca): anyone reaching the port "
+            "gets answers (answers change nothing)"
+        )
+    stop = threading.Event()
+    controller = TemplateController(
+        KubeClient.from_kubeconfig(settings.kubeconfig), mutators, engine
+    )
+    thread = threading.Thread(
+        target=controller.run, args=(stop,), name="drakit-templates", daemon=True
+    )
+    thread.start()
     click.echo(f"drakit webhook: serving https://{address}:{server.port}", err=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        stop.set()
         server.shutdown()
 
 

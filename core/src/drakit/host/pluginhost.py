@@ -161,7 +161,15 @@ class PluginHost:
             PermanentError: a plugin returned something invalid (duplicate device, conflicting
                 enrichment); the message names the plugin and device.
         """
-        return discover(self.node, self.driver_names(), self.registry.names(), self._only, tolerate)
+        for ctx in self.contexts.values():
+            ctx.skipped.begin_round()
+        try:
+            return discover(
+                self.node, self.driver_names(), self.registry.names(), self._only, tolerate
+            )
+        finally:
+            for ctx in self.contexts.values():
+                ctx.skipped.end_round()
 
     # -- claims --------------------------------------------------------------------------------
 

@@ -254,19 +254,53 @@ class KubeClient(LeanTransport):
             PermanentError: The server refused the watch (e.g. 403: RBAC lacks ``watch``).
         """
         query: dict[str, str | int | bool] = {
+            "fieldSelector": selector(**{"spec.nodeName": node_name, "spec.driver": driver}),
+        }
+        return self.watch(
+            RESOURCE_SLICES,
+            stop_event,
+            timeout_seconds,
+            query=query,
+            resource_version=resource_version,
+            on_connect=on_connect,
+            what=f"watch ResourceSlices of node {node_name}",
+        )
+
+    def watch(
+        self,
+        path: str,
+        stop_event: threading.Event,
+        timeout_seconds: int = 300,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        resource_version: str | None = None,
+        on_connect: Callable[[], None] | None = None,
+        what: str = "",
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Watch the collection at ``path``; yields ``(type, object)`` until the watch ends.
+
+        As :meth:`watch_resource_slices` (which uses it), for any collection; ``query`` adds
+        selectors (``labelSelector``, ``fieldSelector``).
+
+        Raises:
+            RetryableError: The connection failed or broke, the server answered 5xx, or the
+                watch expired (410 Gone: list again and restart).
+            PermanentError: The server refused the watch (e.g. 403: RBAC lacks ``watch``).
+        """
+        params: dict[str, str | int | bool] = {
+            **(query or {}),
             "watch": "true",
             "allowWatchBookmarks": "true",
             "timeoutSeconds": int(timeout_seconds),
-            "fieldSelector": selector(**{"spec.nodeName": node_name, "spec.driver": driver}),
         }
         if resource_version:
-            query["resourceVersion"] = resource_version
-        what = f"watch ResourceSlices of node {node_name}"
+            params["resourceVersion"] = resource_version
+        what = what or f"watch {path}"
         status, raw = self._open(
             "GET",
-            RESOURCE_SLICES,
+            path,
             what=what,
-            query=query,
+            query=params,
             body=None,
             timeout=(CONNECT_TIMEOUT, timeout_seconds + 30.0),
         )

@@ -27,6 +27,7 @@ from contextlib import ExitStack, suppress
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from drakit.context import SkippedItem
 from drakit.enforce.guard import guard_mount
 from drakit.enforce.index import DeviceIndex, Holding
 from drakit.enforce.state import NriState
@@ -147,6 +148,14 @@ class Node:
             self._stack.enter_context(grpc_initialised())
         self.host = self._stack.enter_context(open_host(s))
         self.host.on_plugin_error = self._plugin_error
+        for plugin, ctx in self.host.contexts.items():
+            ctx.skipped.listener = functools.partial(self._skipped, plugin, ctx.driver_name)
+        contexts = dict(self.host.contexts)
+        self.metrics.skipped_items = lambda: {
+            (c.driver_name, kind, reason): n
+            for c in contexts.values()
+            for (kind, reason), n in c.skipped.counts().items()
+        }
         self._inventory = Inventory(self.host, isolate=True)  # one backend cannot stop the rest
         node_name = self.host.node.name
         if self._daemon:
@@ -444,6 +453,25 @@ class Node:
                 )
             except DrakitError:
                 log.warning("could not record an Event for backend %s", plugin, exc_info=True)
+
+    def _skipped(self, plugin: str, driver: str, item: SkippedItem) -> None:
+        """A Warning Event on the Node naming an item a backend newly left out (and a log line)."""
+        log.debug("backend %s leaves out %s %s (%s)", plugin, item.kind, item.item, item.reason)
+        if self.kube is None or self.host is None:
+            return
+        reason = {
+            "device": "DeviceSkipped",
+            "label": "NodeLabelIgnored",
+            "health": "HealthWatchingOff",
+        }[item.kind]
+        try:
+            self.kube.create_event(
+                {"kind": "Node", "apiVersion": "v1", "name": self.host.node.name},
+                reason,
+                f"{driver} ({plugin}): {item.kind} {item.item}: {item.message}",
+            )
+        except DrakitError:
+            log.warning("could not record an Event for %s %s", item.kind, item.item, exc_info=True)
 
     def _node_at_start(self, name: str) -> dict[str, Any] | None:
         """The Node, read before the first discovery so the backends see its labels.

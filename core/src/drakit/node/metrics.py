@@ -14,7 +14,12 @@ metric                                      type        labels
 ``drakit_checkpoint_repairs_total``         counter     driver
 ``drakit_plugin_errors_total``              counter     plugin, hook
 ``drakit_prepared_claims``                  gauge       driver
+``drakit_skipped_items``                    gauge       driver, kind, reason
 ==========================================  ==========  ================================
+
+``drakit_skipped_items``: the devices, Node labels and health watches a backend leaves out
+while serving the rest (:class:`drakit.context.SkippedItems`); ``kind`` is device, label or
+health, ``reason`` a fixed word per cause (at most 16 per backend), so the series stay few.
 """
 
 from __future__ import annotations
@@ -78,6 +83,8 @@ class Metrics:
         """Returns, per driver, the devices left out of its slices (the API would reject them)."""
         self.prepared_claims: Callable[[], Mapping[str, int]] = dict
         """Returns the number of checkpointed claims per driver; read on scrape."""
+        self.skipped_items: Callable[[], Mapping[tuple[str, str, str], int]] = dict
+        """Returns ``(driver, kind, reason)`` -> items left out; read on scrape."""
         r.register(_Live(self))
 
     def observe(self, driver: str, op: str, result: str, seconds: float) -> None:
@@ -95,6 +102,10 @@ class Metrics:
 
 
 _REJECTED_HELP = "Devices and counter sets left out of the ResourceSlices (the API rejects them)"
+_SKIPPED_HELP = (
+    "Devices, Node labels and health watches a backend leaves out (named in Node Events)"
+)
+_SKIPPED_LABELS = ["driver", "kind", "reason"]
 
 
 class _Live(Collector):
@@ -111,6 +122,7 @@ class _Live(Collector):
                 "drakit_prepared_claims", "Claims in the checkpoint", labels=["driver"]
             ),
             GaugeMetricFamily("drakit_devices_rejected", _REJECTED_HELP, labels=["driver"]),
+            GaugeMetricFamily("drakit_skipped_items", _SKIPPED_HELP, labels=_SKIPPED_LABELS),
         ]
 
     def collect(self) -> Iterable[Metric]:
@@ -128,7 +140,10 @@ class _Live(Collector):
         rejected = GaugeMetricFamily("drakit_devices_rejected", _REJECTED_HELP, labels=["driver"])
         for driver, n in sorted(self.metrics.devices_rejected().items()):
             rejected.add_metric([driver], n)
-        return [writes, claims, rejected]
+        skipped = GaugeMetricFamily("drakit_skipped_items", _SKIPPED_HELP, labels=_SKIPPED_LABELS)
+        for key, n in sorted(self.metrics.skipped_items().items()):
+            skipped.add_metric(list(key), n)
+        return [writes, claims, rejected, skipped]
 
 
 class ProbeServer:

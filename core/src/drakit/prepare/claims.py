@@ -179,7 +179,13 @@ class ClaimReader:
         alloc = ((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}
         if not (obj.get("status") or {}).get("allocation"):
             raise ClaimError(f"{where}: not allocated (status.allocation is empty)")
-        results = [r for r in alloc.get("results") or [] if r.get("driver") == self.driver]
+        raw = alloc.get("results") or []
+        for i, r in enumerate(raw if isinstance(raw, list) else [raw]):
+            if not isinstance(r, dict):
+                raise ClaimError(
+                    f"{where}: status.allocation.devices.results[{i}]: must be an object"
+                )
+        results = [r for r in raw if r.get("driver") == self.driver]
         configs = self.configs(where, alloc.get("config") or [])
         devices: list[AllocatedDevice] = []
         owners: dict[str, list[AllocatedDevice]] = {}
@@ -252,12 +258,16 @@ class ClaimReader:
             )
         return value
 
-    def configs(
-        self, where: str, entries: list[dict[str, Any]]
-    ) -> list[tuple[set[str], BaseModel]]:
+    def configs(self, where: str, entries: list[Any]) -> list[tuple[set[str], BaseModel]]:
         """Validated opaque configs of this driver, class entries first, then claim entries."""
         if not isinstance(entries, list):
             raise ClaimError(f"{where}: status.allocation.devices.config must be a list")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("opaque") or {}, dict):
+                raise ClaimError(
+                    f"{where}: status.allocation.devices.config[{i}]"
+                    f"{'' if not isinstance(entry, dict) else '.opaque'}: must be a JSON object"
+                )
         ordered = sorted(
             enumerate(entries),
             key=lambda ie: (0 if ie[1].get("source") == "FromClass" else 1, ie[0]),

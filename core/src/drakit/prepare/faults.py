@@ -7,15 +7,15 @@ exactly like ``kill -9``). Points: ``prepare-after-get``, ``prepare-after-plugin
 ``prepare-after-cdi``, ``prepare-after-checkpoint``, ``unprepare-after-plugin``,
 ``unprepare-after-cdi``, ``unprepare-after-checkpoint``; and ``prepare-after-member``, after a
 composite's member has prepared and been recorded (before the next member is asked; not in
-:data:`CRASH_POINTS`, whose claims have no composite). The variable is read once,
-when this module is imported (the tests set it in the node's environment): a point costs a set
-lookup.
+:data:`CRASH_POINTS`, whose claims have no composite). Backends mark the steps inside their own
+prepares with the same function, public as :func:`drakit.preparekit.crash_point` (the AINIC
+VF steps: ``drakit_amd_ainic.prepare.CRASH_POINTS``). The variable is read once, when drakit is
+imported (the tests set it in the node's environment): a point costs a set lookup.
 """
 
 from __future__ import annotations
 
-import os
-import signal
+from drakit.preparekit import crash_point
 
 __all__ = ["CRASH_POINTS", "crash_point"]
 
@@ -29,12 +29,3 @@ CRASH_POINTS = (
     "unprepare-after-cdi",
     "unprepare-after-checkpoint",
 )
-
-
-_WANTED = frozenset(p for p in os.environ.get("DRAKIT_CRASH_AT", "").split(",") if p)
-
-
-def crash_point(name: str) -> None:
-    """Die here with SIGKILL if ``DRAKIT_CRASH_AT`` names this point."""
-    if name in _WANTED:
-        os.kill(os.getpid(), signal.SIGKILL)

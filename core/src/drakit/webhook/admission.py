@@ -2,35 +2,32 @@
 
 Validating. ResourceClaims, ResourceClaimTemplates and DeviceClasses whose opaque configs
 name a configured drakit driver are checked through ``drakit_parse_config``, the code the node
-runs at prepare, and refused with each error's field path and fix. A ResourceClaim admitted
-(created, not a dry run) is then handed to every mutator (:meth:`PodMutator.claim_admitted`).
+runs at prepare, and refused with each error's field path and fix.
 
 Mutating (pods). What a pod gets is a backend's knowledge: the mutators registered under the
 ``drakit.admission`` entry point group (:mod:`drakit.admission`, loaded by
 :func:`drakit.host.mutators.load_mutators`; the composite's GPU-NIC pair pods are one) are
 asked in turn, and the first that answers decides. This engine is their
-:class:`~drakit.admission.AdmissionServices`: shaping through the plugin host, templates and
-events through the API server.
+:class:`~drakit.admission.AdmissionServices`: shaping through the plugin host, nothing else.
+
+No side effects: the engine holds no API client. Whatever a review says, answering it
+creates, changes, deletes and records nothing (``sideEffects: None``); a pod it patches is
+labelled :data:`~drakit.admission.PODS_LABEL`, and what the pod needs is made later, from the
+stored pod, by :class:`drakit.webhook.templates.TemplateController`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from drakit.admission import AdmissionRequest, AdmissionResponse, PodMutator
-from drakit.errors import ConfigInvalid, ConflictError, DrakitError, NotFoundError
+from drakit.admission import PODS_LABEL, AdmissionRequest, AdmissionResponse, PodMutator
+from drakit.errors import ConfigInvalid
 from drakit.strategy_models import ShapedClaim, SimpleRequest
 from drakit.webhook.review import TOO_DEEP
-
-if TYPE_CHECKING:  # the Kubernetes client is imported by the caller (a node never loads it)
-    from drakit.kube import KubeClient
 
 __all__ = ["Admission"]
 
@@ -52,11 +49,6 @@ class Shaper(Protocol):
         """Plugin name -> driver name."""
         ...
 
-
-CREATED_LABEL = "webhook.drakit.io/created-by"
-CREATED_BY = "drakit-webhook"
-"""Every ResourceClaimTemplate the webhook creates carries ``CREATED_LABEL: CREATED_BY``; it
-deletes no template without it, whatever a claim's annotation names."""
 
 MAX_CONFIG_DEPTH = 32
 """How deeply a drakit opaque configuration may nest (the node refuses deeper ones too)."""
@@ -93,32 +85,43 @@ class Admission:
 
     Args:
         host: the plugin host (shaping strategies; the backends' config parsers).
-        kube: the API server (templates, events).
         mutators: the backends' pod mutators, asked in this order.
     """
 
-    def __init__(self, host: Shaper, kube: KubeClient, mutators: Sequence[PodMutator] = ()) -> None:
+    def __init__(self, host: Shaper, mutators: Sequence[PodMutator] = ()) -> None:
         self.host = host
-        self.kube = kube
         self.mutators = tuple(mutators)
         self._drivers = set(host.driver_names().values())
 
     # -- pods ----------------------------------------------------------------------------------
 
     def mutate_pod(self, request: AdmissionRequest) -> AdmissionResponse:
-        """The first mutator's answer for a pod created; else the pod as it is."""
+        """The first mutator's answer for a pod created; else the pod as it is.
+
+        A patched pod is also labelled :data:`~drakit.admission.PODS_LABEL` (for the template
+        controller).
+        """
         if request.kind.kind != "Pod" or request.operation != "CREATE" or not request.object:
             return AdmissionResponse()
         for mutator in self.mutators:
             answer = mutator.mutate_pod(request, self)
-            if answer is not None:
+            if answer is None:
+                continue
+            if not answer.allowed or not answer.patch:
                 return answer
+            labels = (request.object.get("metadata") or {}).get("labels")
+            label = "/metadata/labels/" + PODS_LABEL.replace("~", "~0").replace("/", "~1")
+            extra: list[dict[str, Any]] = []
+            if not isinstance(labels, dict) or not labels:
+                extra.append({"op": "add", "path": "/metadata/labels", "value": {}})
+            extra.append({"op": "add", "path": label, "value": "true"})
+            return answer.model_copy(update={"patch": (*answer.patch, *extra)})
         return AdmissionResponse()
 
     # -- claims, templates, classes ------------------------------------------------------------
 
     def validate(self, request: AdmissionRequest) -> AdmissionResponse:
-        """Check drakit opaque configs; tell the mutators of each claim admitted."""
+        """Check drakit opaque configs (nothing else: no API call, no note kept)."""
         obj = request.object
         if request.operation not in {"CREATE", "UPDATE"} or not obj:
             return AdmissionResponse()
@@ -149,9 +152,6 @@ class Admission:
             return AdmissionResponse.refuse(
                 f"drakit refused {kind} {request.namespace}/{name}: " + "; ".join(errors)
             )
-        if kind == "ResourceClaim" and request.operation == "CREATE" and not request.dry_run:
-            for mutator in self.mutators:
-                mutator.claim_admitted(request.namespace, obj, self)
         return AdmissionResponse()
 
     # -- the mutators' services (drakit.admission.AdmissionServices) ---------------------------
@@ -159,54 +159,3 @@ class Admission:
     def shape(self, strategy: str, request: SimpleRequest) -> ShapedClaim:
         """Shape ``request`` with the plugin host's strategy ``strategy``."""
         return self.host.shape(strategy, request)
-
-    def create_claim_template(self, namespace: str, template: Mapping[str, Any]) -> None:
-        """Create a ResourceClaimTemplate; an existing one of that name is no error.
-
-        The template is labelled :data:`CREATED_LABEL` (the only templates
-        :meth:`delete_claim_template_later` deletes).
-        """
-        meta = dict(template.get("metadata") or {})
-        meta["labels"] = {**(meta.get("labels") or {}), CREATED_LABEL: CREATED_BY}
-        body = {**template, "metadata": meta}
-        path = f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
-        with contextlib.suppress(ConflictError):  # created by an earlier call for this pod
-            self.kube.request("POST", f"{path}/resourceclaimtemplates", body=body)
-
-    def delete_claim_template_later(self, namespace: str, name: str, delay: float) -> None:
-        """Delete a ResourceClaimTemplate ``delay`` seconds from now (a daemon timer)."""
-        timer = threading.Timer(delay, self._delete_template, (namespace, name))
-        timer.daemon = True
-        timer.start()
-
-    def record_event(
-        self, involved: Mapping[str, str], reason: str, message: str, type: str = "Warning"
-    ) -> None:
-        """Record an Event from ``drakit-webhook``."""
-        self.kube.create_event(involved, reason, message, type, component="drakit-webhook")
-
-    def _delete_template(self, namespace: str, name: str) -> None:
-        """Delete the template only if the webhook made it (its label), by UID."""
-        path = (
-            f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace, safe='')}"
-            f"/resourceclaimtemplates/{quote(name, safe='')}"
-        )
-        try:
-            found = self.kube.request("GET", path)
-            meta = found.get("metadata") or {}
-            if (meta.get("labels") or {}).get(CREATED_LABEL) != CREATED_BY:
-                log.warning(
-                    "not deleting ResourceClaimTemplate %s/%s: a claim's annotation names it, "
-                    "but drakit's webhook did not create it (no %s=%s label)",
-                    namespace,
-                    name,
-                    CREATED_LABEL,
-                    CREATED_BY,
-                )
-                return
-            precondition = {"preconditions": {"uid": str(meta.get("uid", ""))}}
-            self.kube.request("DELETE", path, body=precondition)  # that object, not a namesake
-        except NotFoundError:
-            pass
-        except DrakitError as e:
-            log.warning("could not delete ResourceClaimTemplate %s/%s: %s", namespace, name, e)

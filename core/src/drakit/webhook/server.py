@@ -11,6 +11,14 @@ business (``drakit.webhook.admission``). Certificate and key are re-read when ei
 modification time changes (cert-manager rotates them in place), checked on each new
 connection; a pair that fails to load (half written) keeps the previous one in use.
 
+Callers: with a client CA (``client_ca``), the admission paths answer only a caller that
+presents a certificate signed by it, and, with ``client_names``, whose subject common name or
+a DNS name is one of them (401 without a certificate, 403 for another name); ``/healthz`` stays
+open to the kubelet's probes. The API server presents one when its AdmissionConfiguration
+gives it a kubeconfig for the webhook (``docs/webhook.md``). The engine has no side effects, so
+an unauthenticated caller learns what the webhook would answer and changes nothing; the check
+keeps even that to the API server.
+
 Bounded: at most :data:`MAX_CONNECTIONS` connections are served at once (one more is closed at
 once, logged), and each request must arrive whole, TLS handshake, headers and body, within
 :data:`REQUEST_DEADLINE` seconds of the connection being accepted or of the previous answer on
@@ -64,18 +72,23 @@ class AdmissionEngine(Protocol):
 class _Certificates:
     """An SSL context for a cert/key pair, rebuilt when the files change."""
 
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
+    def __init__(self, cert_file: Path, key_file: Path, client_ca: Path | None = None) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca = client_ca
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int, int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
         self._context: ssl.SSLContext | None = None
         self.reloads = 0
         self.current()  # fail at start-up, not at the first connection
 
-    def _stat(self) -> tuple[int, int, int, int]:
+    def _stat(self) -> tuple[int, ...]:
         c, k = os.stat(self.cert_file), os.stat(self.key_file)
-        return (c.st_mtime_ns, c.st_size, k.st_mtime_ns, k.st_size)
+        stamp: tuple[int, ...] = (c.st_mtime_ns, c.st_size, k.st_mtime_ns, k.st_size)
+        if self.client_ca is not None:
+            a = os.stat(self.client_ca)
+            stamp += (a.st_mtime_ns, a.st_size)
+        return stamp
 
     def current(self) -> ssl.SSLContext:
         """The context for the files as they are now."""
@@ -92,6 +105,11 @@ class _Certificates:
             ctx.minimum_version = ssl.TLSVersion.TLSv1_2
             try:
                 ctx.load_cert_chain(self.cert_file, self.key_file)
+                if self.client_ca is not None:
+                    # optional at the handshake (the kubelet's probes have no certificate);
+                    # required on the admission paths (_Handler._caller_refused)
+                    ctx.verify_mode = ssl.CERT_OPTIONAL
+                    ctx.load_verify_locations(cafile=str(self.client_ca))
             except (OSError, ssl.SSLError):
                 if self._context is None:
                     raise
@@ -163,7 +181,33 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
 
+    def _caller_refused(self) -> bool:
+        """Answer 401/403 and return ``True`` when client authentication is on and fails."""
+        if self.server.certificates.client_ca is None:
+            return False
+        cert = self.request.getpeercert()
+        self.close_connection = True  # its body is not read; the answer ends the connection
+        if not cert:
+            self._send(HTTPStatus.UNAUTHORIZED, b"a client certificate is required\n", "text/plain")
+            return True
+        allowed = self.server.client_names
+        if allowed and not (_cert_names(cert) & allowed):
+            log.warning(
+                "refusing a caller from %s: its certificate names %s, not one of %s",
+                self.client_address[0],
+                sorted(_cert_names(cert)),
+                sorted(allowed),
+            )
+            self._send(
+                HTTPStatus.FORBIDDEN, b"this client may not call the webhook\n", "text/plain"
+            )
+            return True
+        self.close_connection = False
+        return False
+
     def do_POST(self) -> None:
+        if self._caller_refused():
+            return
         route = {
             "/mutate-pods": self.server.engine.mutate_pod,
             "/validate-claims": self.server.engine.validate,
@@ -197,8 +241,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, json.dumps(to_review(request.uid, response)).encode())
 
 
+def _cert_names(cert: Any) -> set[str]:
+    """A verified peer certificate's subject common names and DNS names."""
+    names = {
+        str(value) for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"
+    }
+    names |= {str(v) for k, v in cert.get("subjectAltName", ()) if k == "DNS"}
+    return names
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    client_names: frozenset[str] = frozenset()
     request_queue_size = 128  # the listen backlog (socketserver's default is 5)
     engine: AdmissionEngine
     certificates: _Certificates
@@ -251,6 +305,10 @@ class WebhookServer:
         port: listen port; 0 picks a free one (see :attr:`port`).
         max_connections: connections served at once (:data:`MAX_CONNECTIONS`).
         request_deadline: seconds for a whole request (:data:`REQUEST_DEADLINE`).
+        client_ca: PEM CA bundle; when given, the admission paths need a client certificate
+            signed by it (reloaded when it changes).
+        client_names: with ``client_ca``, the certificate's common name or a DNS name must be
+            one of these (empty: any the CA signed).
 
     Raises:
         OSError / ssl.SSLError: the certificate or key cannot be loaded, or the port is taken.
@@ -266,13 +324,18 @@ class WebhookServer:
         port: int = 8443,
         max_connections: int = MAX_CONNECTIONS,
         request_deadline: float = REQUEST_DEADLINE,
+        client_ca: Path | None = None,
+        client_names: frozenset[str] = frozenset(),
     ) -> None:
-        self.certificates = _Certificates(Path(cert_file), Path(key_file))
+        self.certificates = _Certificates(
+            Path(cert_file), Path(key_file), Path(client_ca) if client_ca else None
+        )
         self._server = _Server((address, port), _Handler)
         self._server.engine = engine
         self._server.certificates = self.certificates
         self._server.slots = threading.BoundedSemaphore(max_connections)
         self._server.request_deadline = request_deadline
+        self._server.client_names = frozenset(client_names)
 
     @property
     def port(self) -> int:

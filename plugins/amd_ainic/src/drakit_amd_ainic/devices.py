@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from drakit.context import SkippedItems
 from drakit.errors import ConfigInvalid, PermanentError
 from drakit.models import (
     CounterConsumption,
@@ -117,13 +118,14 @@ _MAX_RAIL = 10**_MAX_RAIL_DIGITS - 1
 
 
 def label_identity(
-    settings: AmdAinicSettings, labels: Mapping[str, str]
+    settings: AmdAinicSettings, labels: Mapping[str, str], skipped: SkippedItems | None = None
 ) -> tuple[dict[str, int], dict[str, str], str | None]:
     """Rails and fabrics per ifName, and the node's fabric, from the Node's labels.
 
     ``<prefix>/rail.<ifName>=<rail>``, ``<prefix>/fabric.<ifName>=<fabric>`` and
     ``<prefix>/fabric=<fabric>`` (the prefix is ``plugins.amd_ainic.node_labels``). A label with
-    a bad value is skipped with a warning naming it: one bad label does not stop discovery.
+    a bad value is skipped with a warning naming it (and named in ``skipped``, reason
+    ``bad-value``): one bad label does not stop discovery.
     """
     rails: dict[str, int] = {}
     fabrics: dict[str, str] = {}
@@ -149,6 +151,15 @@ def label_identity(
                     value[:70],
                     _MAX_RAIL,
                 )
+                if skipped is not None:
+                    skipped.skip(
+                        "label",
+                        key,
+                        "bad-value",
+                        f"{value[:70]!r} is not a rail (a whole number from 0 to {_MAX_RAIL}); "
+                        f"the label is ignored and {ifname} published without a rail until "
+                        "the fabric manager writes one",
+                    )
         elif kind == "fabric" and dot and ifname and value:
             fabrics[ifname] = value
         elif kind == "fabric" and not dot and value:
@@ -157,7 +168,10 @@ def label_identity(
 
 
 def fabric_identity(
-    settings: AmdAinicSettings, root: Path, labels: Mapping[str, str] | None = None
+    settings: AmdAinicSettings,
+    root: Path,
+    labels: Mapping[str, str] | None = None,
+    skipped: SkippedItems | None = None,
 ) -> tuple[dict[str, int], dict[str, str], str | None]:
     """Rail and fabric per PF BDF or ifName, and the node's fabric.
 
@@ -192,7 +206,7 @@ def fabric_identity(
                     rails[key] = entry["rail"]
                 if isinstance(entry.get("fabric"), str):
                     fabrics[key] = entry["fabric"]
-    label_rails, label_fabrics, node_fabric = label_identity(settings, labels or {})
+    label_rails, label_fabrics, node_fabric = label_identity(settings, labels or {}, skipped)
     rails.update(label_rails)
     fabrics.update(label_fabrics)
     rails.update(settings.rails)
@@ -354,6 +368,15 @@ def _policy(default: int, lo: int, hi: int, step: int) -> RequestPolicy:
     )
 
 
+def _left_out(skipped: SkippedItems | None, nic: Ainic, why: str) -> None:
+    """Log and name a NIC whose devices are not published."""
+    log.warning("%s (%s) is not published: %s", nic.name, nic.pf.bdf, why)
+    if skipped is not None:
+        skipped.skip(
+            "device", nic.name, "refused-attribute", f"{nic.pf.bdf} is not published: {why[:600]}"
+        )
+
+
 def build_devices(
     nics: list[Ainic],
     settings: AmdAinicSettings,
@@ -361,6 +384,7 @@ def build_devices(
     cache: DiscoveryCache | None = None,
     labels: Mapping[str, str] | None = None,
     moved: Mapping[str, NicFunction] | None = None,
+    skipped: SkippedItems | None = None,
 ) -> tuple[list[Device], dict[str, Published]]:
     """The devices to publish and what each stands for (by device name).
 
@@ -368,13 +392,14 @@ def build_devices(
     are the Node's (rails and fabrics a fabric manager wrote, :func:`label_identity`);
     ``moved`` are functions whose netdev is in a pod's network namespace (BDF -> the function
     as last read in the host): the host's sysfs does not show such a netdev, so the function is
-    published as it was read before the move, not without its netdev.
+    published as it was read before the move, not without its netdev; ``skipped`` names each
+    NIC and label left out.
     """
     moved = moved or {}
     cache = cache if cache is not None else DiscoveryCache()
     live_vfs: set[str] = set()
     chosen = modes(nics, settings)
-    rails, fabrics, node_fabric = fabric_identity(settings, root, labels)
+    rails, fabrics, node_fabric = fabric_identity(settings, root, labels, skipped)
     devices: list[Device] = []
     published: dict[str, Published] = {}
 
@@ -464,7 +489,7 @@ def build_devices(
             published.clear()
             published.update(n_pub)
             why = " ".join(line.strip() for line in str(e).splitlines()[:2])
-            log.warning("%s (%s) is not published: %s", nic.name, nic.pf.bdf, why)
+            _left_out(skipped, nic, why)
     cache.end_round(live_vfs)
     return devices, published
 

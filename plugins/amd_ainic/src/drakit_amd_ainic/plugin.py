@@ -109,7 +109,13 @@ class AmdAinicPlugin:
         moved = self.podnet.moved()
         held = {bdf: fn for bdf, fn in self._host_seen.items() if bdf in moved}
         devices, published = build_devices(
-            nics, self.settings, Path(node.sysfs_root), self._cache, node.labels, held
+            nics,
+            self.settings,
+            Path(node.sysfs_root),
+            self._cache,
+            node.labels,
+            held,
+            self.ctx.skipped,
         )
         self._host_seen = held | {
             fn.bdf: fn

@@ -8,6 +8,9 @@ Order inside one prepare (every step may be cut by a kill):
    pool on demand when the PF has none; record every choice in the ledger (the intent);
 3. apply VF settings through the netlink seam, then return the CDI edits.
 
+The steps that change the host are :data:`CRASH_POINTS` (:func:`drakit.preparekit.crash_point`):
+the crash tests kill the node with SIGKILL between any two.
+
 A repeated prepare finds its choices in the ledger and repeats nothing else. Unprepare resets
 the claim's VFs, forgets them, and removes on-demand VFs once their PF holds no share. A claim
 of whole PFs only skips steps 1-2: neither its prepare nor its unprepare reads or writes the
@@ -36,7 +39,7 @@ from drakit.models import (
     NetworkData,
     PreparedDevice,
 )
-from drakit.preparekit import prepared_device, published_device, whole_quantity
+from drakit.preparekit import crash_point, prepared_device, published_device, whole_quantity
 from drakit.strategy_models import SelectionRequest, SelectionResult
 from drakit_amd_ainic.config import merged
 from drakit_amd_ainic.devices import BANDWIDTH, QUEUES, Published
@@ -46,7 +49,18 @@ from drakit_amd_ainic.netlink import RESET, Netlink, VfSettings
 from drakit_amd_ainic.settings import AmdAinicSettings
 from drakit_amd_ainic.sriov import set_numvfs
 
-__all__ = ["ENV_PREFIX", "SELECTION_KIND", "Preparer", "env_prefix"]
+__all__ = ["CRASH_POINTS", "ENV_PREFIX", "SELECTION_KIND", "Preparer", "env_prefix"]
+
+CRASH_POINTS = (
+    "ainic-after-pool-recorded",
+    "ainic-after-vfs-created",
+    "ainic-after-ledger",
+    "ainic-after-vf-settings",
+)
+"""The steps of a VF share's prepare a ``kill -9`` may fall between (``DRAKIT_CRASH_AT``): the
+on-demand pool recorded in the ledger before the kernel creates it; the VFs created; the
+choice recorded; the VF's settings applied through netlink (its MTU and queues come after, and
+unprepare restores them from the same record)."""
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +277,7 @@ class Preparer:
             out.append(vf)
         if dirty:
             self.ledger.save(data)  # the intent, before any VF is touched
+            crash_point("ainic-after-ledger")
         return out
 
     def _grow_if_needed(self, data: LedgerData, plan: _Plan, vfs: dict[int, str]) -> dict[int, str]:
@@ -278,9 +293,11 @@ class Preparer:
             )
         data.on_demand.setdefault(pf, 0)
         self.ledger.save(data)  # record (and what is pending) before the kernel creates anything
+        crash_point("ainic-after-pool-recorded")
         log.info("%s: creating %d VFs on demand", pf, pub.vf_limit)
         self._forget_pool(pf)
         set_numvfs(pub.nic.pf.dir, pub.vf_limit, timeout=self.settings.vf_ready_timeout)
+        crash_point("ainic-after-vfs-created")
         return self._live_vfs(pub.nic)
 
     def _vf(self, plan: _Plan, index: int, bdf: str) -> NicFunction:
@@ -365,6 +382,7 @@ class Preparer:
                 max_tx_rate_mbps=plan.rate_gbps * 1000 if plan.rate_gbps else None,
             )
             self.netlink.set_vf(pf_if, pub.nic.pf.bdf, fn.vf_index, settings)
+            crash_point("ainic-after-vf-settings")
             state["vf"] = fn.vf_index
             # with pf and vf: what rebuilds a lost ledger (_reconcile), in this boot only
             if dev.share_id:

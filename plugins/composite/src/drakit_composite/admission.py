@@ -6,8 +6,8 @@ never imports it. A pod annotated ::
     composite.drakit.io/gpu-nic-pairs: "4"
     composite.drakit.io/numa-policy: preferred     # none (default) | preferred | required
 
-gets a ResourceClaimTemplate in its namespace, a ``spec.resourceClaims`` entry
-(``gpu-nic-pairs``) naming it, and that claim in every container's ``resources.claims``:
+gets a ``spec.resourceClaims`` entry (``gpu-nic-pairs``) naming a ResourceClaimTemplate of its
+namespace, and that claim in every container's ``resources.claims``; the template holds:
 
 * ``none``: one request for N pairs of class ``gpu-nic-pair``, no constraint;
 * ``preferred``: shaped by the ``numa-preferred`` strategy (``drakit_shape_request``): a
@@ -23,15 +23,19 @@ requests only, since Kueue rejects ``firstAvailable``: ``preferred`` then degrad
 with an admission warning. A pod that already carries its claim (re-admission, reinvocation)
 is left as it is. A bad annotation refuses the pod with the annotation named.
 
-Templates are single-use: when the claim made from one is admitted (the ResourceClaim
-controller creates it, owned by the pod, so it goes with the pod), the template is deleted.
+The webhook creates nothing (``sideEffects: None``). The template's name is derived from its
+content alone (``gpu-nic-pairs-<pairs>-<policy>[-kueue]-<hash of the spec>``), so pods of one
+namespace asking for the same thing share one, and the name says what it holds. It is made by
+``drakit webhook``'s template controller (:meth:`PairPods.pod_needs`, recomputed from the
+stored pod, only when the pod's immutable claim entry names exactly that template), in the
+pod's namespace, owned by the pods using it: it goes with the last of them. The resourceclaim
+controller retries a pod whose template is not there yet.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
-import re
+import json
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
@@ -41,7 +45,9 @@ from drakit.admission import (
     AdmissionRequest,
     AdmissionResponse,
     AdmissionServices,
+    PodEvent,
     PodMutator,
+    PodNeeds,
     WebhookOptions,
 )
 from drakit.errors import ConfigInvalid, DrakitError
@@ -60,7 +66,6 @@ __all__ = [
     "plan_pod",
 ]
 
-log = logging.getLogger(__name__)
 
 PAIRS_ANNOTATION = "composite.drakit.io/gpu-nic-pairs"
 POLICY_ANNOTATION = "composite.drakit.io/numa-policy"
@@ -74,8 +79,6 @@ RESOURCE_API = "resource.k8s.io/v1"
 Policy = Literal["none", "preferred", "required"]
 POLICIES: tuple[Policy, ...] = ("none", "preferred", "required")
 MAX_PAIRS = 128
-
-_NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
 class Shaper(Protocol):
@@ -97,9 +100,6 @@ class AdmissionSettings(BaseModel):
     preferred_strategy: str = "numa-preferred"
     required_strategy: str = "packed"
     kueue: bool = Field(default=False, description="Emit exactly requests only (all pods)")
-    template_gc_delay: float = Field(
-        default=5.0, ge=0, description="Seconds after its claim is admitted to delete a template"
-    )
 
     @property
     def socket_attribute(self) -> str:
@@ -121,12 +121,12 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _template_name(pod: Mapping[str, Any], uid: str) -> str:
-    meta = pod.get("metadata") or {}
-    base = str(meta.get("name") or meta.get("generateName") or "pod").lower()
-    base = _NOT_DNS.sub("-", base).strip("-")[:40].strip("-") or "pod"
-    digest = hashlib.sha256(uid.encode()).hexdigest()[:10]
-    return f"{base}-{CLAIM_NAME}-{digest}"
+def _template_name(pairs: int, policy: Policy, kueue: bool, spec: Mapping[str, Any]) -> str:
+    """The template's name, from what it holds: same request, same name, in any namespace."""
+    digest = hashlib.sha256(
+        json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()[:10]
+    return f"{CLAIM_NAME}-{pairs}-{policy}{'-kueue' if kueue else ''}-{digest}"
 
 
 def _parse_annotations(annotations: Mapping[str, str]) -> tuple[int, Policy]:
@@ -190,9 +190,47 @@ def _shape(
     return host.shape(settings.required_strategy, request.model_copy(update={"required": True})), ()
 
 
-def plan_pod(
-    host: Shaper, settings: AdmissionSettings, pod: Mapping[str, Any], uid: str
-) -> PodPlan | None:
+def plan_template(
+    host: Shaper, settings: AdmissionSettings, meta: Mapping[str, Any]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The pair template a pod with metadata ``meta`` (annotations, labels) gets; warnings.
+
+    Raises:
+        ConfigInvalid: a bad annotation (names it and the fix).
+    """
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    pairs, policy = _parse_annotations(annotations)
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    kueue = settings.kueue or KUEUE_QUEUE_LABEL in labels
+    shaped, warnings = _shape(host, settings, pairs, policy, kueue)
+    devices = shaped.to_api()
+    if kueue and any("exactly" not in r for r in devices["requests"]):
+        raise ConfigInvalid(
+            [
+                (
+                    f"metadata.annotations[{POLICY_ANNOTATION}]",
+                    f"strategy for {policy!r} shaped firstAvailable, which Kueue rejects; "
+                    "use another policy or a strategy that emits exactly requests",
+                )
+            ]
+        )
+    stamp = {PAIRS_ANNOTATION: str(pairs), POLICY_ANNOTATION: policy}
+    spec = {"metadata": {"annotations": dict(stamp)}, "spec": {"devices": devices}}
+    name = _template_name(pairs, policy, kueue, spec)
+    template = {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/managed-by": "drakit"},
+            "annotations": {**stamp, TEMPLATE_ANNOTATION: name},
+        },
+        "spec": spec,
+    }
+    return template, warnings
+
+
+def plan_pod(host: Shaper, settings: AdmissionSettings, pod: Mapping[str, Any]) -> PodPlan | None:
     """What admitting ``pod`` takes, or ``None`` when it is not a pair pod or already done.
 
     Raises:
@@ -216,33 +254,8 @@ def plan_pod(
                 )
             ]
         )
-    pairs, policy = _parse_annotations(annotations)
-    labels: Mapping[str, str] = meta.get("labels") or {}
-    kueue = settings.kueue or KUEUE_QUEUE_LABEL in labels
-    shaped, warnings = _shape(host, settings, pairs, policy, kueue)
-    devices = shaped.to_api()
-    if kueue and any("exactly" not in r for r in devices["requests"]):
-        raise ConfigInvalid(
-            [
-                (
-                    f"metadata.annotations[{POLICY_ANNOTATION}]",
-                    f"strategy for {policy!r} shaped firstAvailable, which Kueue rejects; "
-                    "use another policy or a strategy that emits exactly requests",
-                )
-            ]
-        )
-    name = _template_name(pod, uid)
-    stamp = {PAIRS_ANNOTATION: str(pairs), POLICY_ANNOTATION: policy, TEMPLATE_ANNOTATION: name}
-    template = {
-        "apiVersion": RESOURCE_API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {
-            "name": name,
-            "labels": {"app.kubernetes.io/managed-by": "drakit"},
-            "annotations": dict(stamp),
-        },
-        "spec": {"metadata": {"annotations": dict(stamp)}, "spec": {"devices": devices}},
-    }
+    template, warnings = plan_template(host, settings, meta)
+    name = template["metadata"]["name"]
     patch: list[dict[str, Any]] = []
     if not meta.get("annotations"):
         patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
@@ -271,7 +284,7 @@ def plan_pod(
 
 
 class PairPods:
-    """The pod mutator: pair claims for annotated pods, templates deleted once used.
+    """The pod mutator: pair claims for annotated pods; their templates, recomputed on demand.
 
     Args:
         settings: how pair claims are shaped.
@@ -283,58 +296,57 @@ class PairPods:
     def mutate_pod(
         self, request: AdmissionRequest, services: AdmissionServices
     ) -> AdmissionResponse | None:
-        """Add the pair claim to an annotated pod (see the module docstring)."""
+        """Add the pair claim to an annotated pod (see the module docstring); create nothing."""
         try:
-            plan = plan_pod(services, self.settings, request.object or {}, request.uid)
+            plan = plan_pod(services, self.settings, request.object or {})
         except ConfigInvalid as e:
             return AdmissionResponse.refuse(f"drakit: {'; '.join(e.lines())}")
         except DrakitError as e:  # a strategy missing or failing: refuse with its message
             return AdmissionResponse.refuse(f"drakit: cannot shape the pair claim: {e}")
         if plan is None:
             return None
-        if not request.dry_run:
-            try:
-                services.create_claim_template(request.namespace, plan.template)
-            except DrakitError as e:
-                return AdmissionResponse.refuse(
-                    f"drakit: cannot create the pod's ResourceClaimTemplate: {e}", code=500
-                )
         return AdmissionResponse(patch=plan.patch, warnings=plan.warnings)
 
-    def claim_admitted(
-        self, namespace: str, claim: Mapping[str, Any], services: AdmissionServices
-    ) -> None:
-        """A claim made from a pair template: the NUMA event if required, the template's GC."""
-        meta = claim.get("metadata") or {}
+    def pod_needs(self, pod: Mapping[str, Any], services: AdmissionServices) -> PodNeeds | None:
+        """The pair template ``pod``'s claim entry names, recomputed; the NUMA event if required.
+
+        ``None`` unless the pod's (immutable) ``spec.resourceClaims`` entry ``gpu-nic-pairs``
+        names exactly the template its annotations and labels make now: annotations edited
+        after admission, or a pod labelled by hand, get nothing.
+
+        Raises:
+            ConfigInvalid: the pod's annotations are not valid (any more).
+        """
+        meta = pod.get("metadata") or {}
         annotations: Mapping[str, str] = meta.get("annotations") or {}
-        template = annotations.get(TEMPLATE_ANNOTATION)
-        if not template:
-            return
-        pods = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
-        if pods and annotations.get(POLICY_ANNOTATION) == "required":
-            pod = pods[0]
-            raw = str(annotations.get(PAIRS_ANNOTATION, ""))
-            # the claim's annotations are anyone's words: only a count goes into the Event
-            n = raw if raw.isascii() and raw.isdigit() and len(raw) <= 4 else "?"  # noqa: PLR2004
-            try:
-                services.record_event(
-                    {
-                        "kind": "Pod",
-                        "apiVersion": "v1",
-                        "namespace": namespace,
-                        "name": str(pod.get("name", "")),
-                        "uid": str(pod.get("uid", "")),
-                    },
-                    "NUMAAlignmentRequired",
-                    f"{POLICY_ANNOTATION}=required: all {n} GPU-NIC pairs must come from one "
-                    f"NUMA node ({self.settings.numa_attribute}); the pod stays Pending until "
-                    f"a node has {n} free pairs on a single NUMA node. Use "
-                    f"{POLICY_ANNOTATION}=preferred to fall back to pairs split over NUMA nodes.",
-                    "Warning",
-                )
-            except DrakitError:
-                log.warning("could not record the NUMA event for pod %s", pod, exc_info=True)
-        services.delete_claim_template_later(namespace, template, self.settings.template_gc_delay)
+        if PAIRS_ANNOTATION not in annotations:
+            return None
+        entries = [
+            c
+            for c in (pod.get("spec") or {}).get("resourceClaims") or []
+            if isinstance(c, dict) and c.get("name") == CLAIM_NAME
+        ]
+        if len(entries) != 1:
+            return None
+        template, _ = plan_template(services, self.settings, meta)
+        if entries[0].get("resourceClaimTemplateName") != template["metadata"]["name"]:
+            return None
+        pairs, policy = _parse_annotations(annotations)
+        events: tuple[PodEvent, ...] = ()
+        if policy == "required" and pairs > 1:
+            events = (
+                PodEvent(
+                    reason="NUMAAlignmentRequired",
+                    message=(
+                        f"{POLICY_ANNOTATION}=required: all {pairs} GPU-NIC pairs must come from "
+                        f"one NUMA node ({self.settings.numa_attribute}); the pod stays Pending "
+                        f"until a node has {pairs} free pairs on a single NUMA node. Use "
+                        f"{POLICY_ANNOTATION}=preferred to fall back to pairs split over NUMA "
+                        "nodes."
+                    ),
+                ),
+            )
+        return PodNeeds(templates=(template,), events=events)
 
 
 def pair_pods(options: WebhookOptions, drivers: Mapping[str, str]) -> PodMutator:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from drakit.context import SkippedItems
 from drakit_nvidia_gpu.nvml import Nvml
 
 __all__ = ["GpuInfo", "MigPlacement", "MigProfileInfo", "NodeGpus", "read_gpus"]
@@ -99,20 +100,32 @@ def _profile_name(raw: bytes | str, slices: int, memory_mib: int) -> str:
     return text or f"{slices}g.{round(memory_mib / 1024)}gb"
 
 
-def read_gpus(nvml: Nvml, previous: NodeGpus | None = None) -> NodeGpus:
+def read_gpus(
+    nvml: Nvml, previous: NodeGpus | None = None, skipped: SkippedItems | None = None
+) -> NodeGpus:
     """Ask NVML for every GPU (MIG profiles only for GPUs whose MIG mode is on).
 
     A GPU that has fallen off the bus (``GpuIsLost``, from its handle or any later query)
     keeps what the previous round read at its NVML index, so it stays published (and tainted)
     instead of vanishing; with nothing read at that index before it is left out. A GPU for
     which any other NVML call fails is treated the same way and named in a warning (the call
-    and the error): one GPU never stops the others from being published.
+    and the error): one GPU never stops the others from being published. Each such GPU is
+    also named in ``skipped`` (``gpu<index>``, reason ``nvml-error`` or ``unusable-answer``).
     """
+
+    def skip(i: int, reason: str, why: str) -> None:
+        if skipped is not None:
+            fate = "its last reading is kept" if i in before else "it is not published"
+            skipped.skip("device", f"gpu{i}", reason, f"NVML GPU {i}: {why}; {fate}")
+
     before = dict(zip(previous.indices, previous.gpus, strict=True)) if previous else {}
     gpus: list[GpuInfo] = []
     indices: list[int] = []
     for i, h in enumerate(nvml.handles()):
         info = None
+        refused = getattr(nvml, "handle_errors", {}).get(i)
+        if h is None and refused is not None:
+            skip(i, "nvml-error", f"no handle ({refused})")
         if h is not None:
             try:
                 info = _read_gpu(nvml, h)
@@ -125,9 +138,11 @@ def read_gpus(nvml: Nvml, previous: NodeGpus | None = None) -> NodeGpus:
                     e,
                     "its last reading is kept" if i in before else "it is not published",
                 )
+                skip(i, "nvml-error", f"{e!r} while reading it")
                 info = None
             except (ValueError, TypeError) as e:  # an answer drakit's models refuse
                 log.warning("NVML GPU %d: unusable answer (%s); it is skipped", i, e)
+                skip(i, "unusable-answer", f"an answer drakit refuses ({str(e)[:300]})")
                 info = None
         if info is None:
             info = before.get(i)

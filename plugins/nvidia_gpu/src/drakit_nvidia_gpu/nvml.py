@@ -135,6 +135,8 @@ class Nvml:
         so it is asked GPU by GPU: one lost GPU does not hide the others.
         """
         out: list[Any] = []
+        self.handle_errors: dict[int, str] = {}
+        """NVML index -> why the last :meth:`handles` got no handle for it (not lost)."""
         for i in range(self.lib.nvmlDeviceGetCount()):
             try:
                 out.append(self.lib.nvmlDeviceGetHandleByIndex(i))
@@ -142,6 +144,7 @@ class Nvml:
                 out.append(None)
             except self.error as e:  # any other refusal for one GPU hides only that GPU
                 logger.warning("NVML GPU %d: no handle (%r); it is skipped this round", i, e)
+                self.handle_errors[i] = repr(e)
                 out.append(None)
         return out
 

@@ -86,7 +86,7 @@ class NvidiaGpuPlugin:
         if nvml is None:
             return None
         try:
-            gpus = read_gpus(nvml, self._last)
+            gpus = read_gpus(nvml, self._last, self.ctx.skipped)
         except nvml.error as e:
             raise RetryableError(f"plugins.{self.ctx.name}: reading NVML failed: {e}") from e
         if self.settings.health_watch and self.watcher is None and gpus.gpus:
@@ -97,6 +97,17 @@ class NvidiaGpuPlugin:
             )
             watcher.start([g.uuid for g in gpus.gpus])
             self.watcher = watcher
+            for uuid, why in sorted(watcher.unwatched.items()):
+                self.ctx.skipped.skip(
+                    "health",
+                    uuid,
+                    "not-supported"
+                    if "NotSupported" in why or "does not report" in why
+                    else "nvml-error",
+                    f"XID health watching is off for this GPU ({why}); it is published and "
+                    "stays Healthy unless it falls off the bus",
+                    lasting=True,
+                )
         problems = self.watcher.problems() if self.watcher is not None else {}
         if not self._counters_dropped and "consumesCounters" in self.ctx.dropped_fields():
             self._counters_dropped = True  # until restart: publishing them again would flap
