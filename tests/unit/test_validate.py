@@ -40,6 +40,16 @@ def test_a_full_configuration_is_valid(tmp_path: Path, capsys: pytest.CaptureFix
     )
 
 
+def test_whole_device_counters_is_a_setting_of_each_device_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    on = "    whole_device_counters: true\n"
+    path = write(tmp_path, f"plugins:\n  nvidia_gpu:\n{on}  amd_gpu:\n{on}  amd_ainic:\n{on}")
+    code, out, err = run(["config", "validate", str(path)], capsys)
+    assert (code, err) == (0, []), err
+    assert out == f"{path}: valid (nvidia_gpu, amd_gpu, amd_ainic)\n"
+
+
 @pytest.mark.parametrize(
     ("text", "line"),
     [
@@ -60,6 +70,10 @@ def test_a_full_configuration_is_valid(tmp_path: Path, capsys: pytest.CaptureFix
             f"plugins:\n  cpu: {{}}\n  amd_ainic:\n{SHARED}  composite:\n{SHARED}",
             ": plugins.composite.gpu_plugins: none of nvidia_gpu, amd_gpu is enabled; enable "
             "one of them (plugins.nvidia_gpu) or list the enabled backend here",
+        ),
+        (
+            "plugins:\n  amd_gpu:\n    whole_device_counters: maybe\n",
+            ": plugins.amd_gpu.whole_device_counters: Input should be a valid boolean",
         ),
     ],
 )

@@ -196,3 +196,53 @@ def test_the_fallbacks_of_the_fast_path_equal_the_long_way(tmp_path: Path) -> No
     assert (vf2.ifname, vf2.queues) == (None, 0)
     drivers_of = {fn.vf_index: fn.pci.driver for fn in read_vfs(root, nics[1])}
     assert drivers_of == {i: "vfio-pci" if i == 3 else "ionic" for i in range(8)}
+
+
+@pytest.mark.parametrize("mode", ["pf", "shared", "mixed"])
+def test_whole_device_counters_give_every_whole_nic_a_set_of_its_own(
+    trees: dict[str, Path], mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Off (the default) a standalone NIC consumes no counters; ``whole_device_counters: true``
+    makes every published PF (pf and shared modes, not VFs) a counter set it consumes whole (its
+    bandwidth), for a Kueue that charges counters (docs/multi-node.md). Where the API server
+    drops ``consumesCounters`` the backend says so once and publishes without them, and stays
+    so until restart (no flapping)."""
+    root = trees["h200-8gpu-8ainic-sriov"]
+
+    def host(on: bool) -> PluginHost:
+        cfg = {**MODES[mode], "whole_device_counters": on}
+        return PluginHost(
+            DrakitSettings(plugins={"amd_ainic": cfg}), NodeInfo(name="n1", sysfs_root=str(root))
+        )
+
+    off = host(on=False).discover()
+    assert all(not d.consumes_counters for d in off.devices.values())
+    assert not any(off.counter_sets.values())
+
+    h = host(on=True)
+    found = h.discover()
+    assert {k.device for k in found.devices} == {k.device for k in off.devices}
+    rendered = json.loads(_rendered(found))
+    shared = {c["name"]: c for s in rendered for c in s["spec"].get("sharedCounters", [])}
+    consuming = {d["name"]: d for s in rendered for d in s["spec"].get("devices", [])}
+    consuming = {n: d for n, d in consuming.items() if d.get("consumesCounters")}
+    assert sorted(shared) == sorted(f"{n}-counter-set" for n in consuming)
+    for name, dev in consuming.items():
+        [use] = dev["consumesCounters"]
+        assert use["counterSet"] == f"{name}-counter-set"
+        assert use["counters"] == shared[use["counterSet"]]["counters"]
+        assert set(use["counters"]) <= {"bandwidth", "nic"}, use
+    vfs = {k.device for k, d in found.devices.items() if d.attributes["type"].string == "vf"}
+    assert set(consuming) == {k.device for k in found.devices} - vfs, "every PF, no VF"
+    assert len(consuming) == {"pf": 8, "shared": 8, "mixed": 2}[mode], sorted(consuming)
+
+    dropped: set[str] = {"consumesCounters"}
+    h.dropped_fields = lambda driver: frozenset(dropped if driver == DRIVER else ())
+    caplog.set_level("WARNING")
+    after = h.discover()
+    assert all(not d.consumes_counters for d in after.devices.values())
+    assert not any(after.counter_sets.values())
+    dropped.clear()
+    assert not any(h.discover().counter_sets.values()), "off until restart"
+    said = [r for r in caplog.records if "drops consumesCounters" in r.getMessage()]
+    assert len(said) == 1

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from drakit.host.inventory import build_inventory
 from drakit.models import AllocatedDevice, ClaimInfo, Device
 from drakit.sim import MachineSpec, PciDeviceSpec, get_profile
 from drakit.sysfs import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
@@ -244,3 +245,32 @@ def test_partitions_stop_when_the_api_server_drops_consumes_counters(
         found = devices(host)
     assert len(found) == 8
     assert all(d.consumes_counters == () for d in found.values())
+
+
+def test_whole_device_counters_give_every_full_gpu_a_set_of_its_own(
+    build: Callable[..., SimNode],
+) -> None:
+    """``whole_device_counters: true`` (off by default, the tests above): every full GPU
+    consumes a counter set of its own whole, partitioned or not, for a Kueue that charges
+    counters (docs/multi-node.md, "Counters"); a partition still consumes its GPU's set."""
+    with host_for(build(cpx=("0000:05:00.0",)), whole_device_counters=True) as host:
+        found = devices(host)
+        slices = [s for s in build_inventory(host.host).slices() if s["spec"]["driver"] == DRIVER]
+    shared = {c["name"]: c for s in slices for c in s["spec"].get("sharedCounters", [])}
+    whole = [n for n in found if found[n].attributes["type"].value == "amdgpu"]
+    assert len(whole) == 8
+    assert sorted(shared) == sorted(f"{n}-counters" for n in whole)
+    for name in whole:
+        [use] = found[name].consumes_counters
+        assert use.counter_set == f"{name}-counters"
+        assert use.counters == {"xcc": "8", "memory": str(192 * 2**30)}
+        counters = shared[use.counter_set]["counters"]
+        assert {k: v["value"] for k, v in counters.items()} == use.counters
+    [part] = found[f"{GPU0}-cpx-3"].consumes_counters
+    assert part.counter_set == f"{GPU0}-counters"
+
+    with host_for(build(), whole_device_counters=True) as host:
+        host.host.dropped_fields = lambda driver: frozenset({"consumesCounters"})
+        after = devices(host)
+    assert len(after) == 8
+    assert all(d.consumes_counters == () for d in after.values()), "the server drops them"

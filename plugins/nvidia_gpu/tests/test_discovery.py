@@ -186,3 +186,30 @@ def test_partitions_stop_when_the_api_server_drops_consumes_counters(
         assert len(gpus(host)) == 8
     said = [r for r in caplog.records if "drops consumesCounters" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_whole_device_counters_give_every_full_gpu_a_set_of_its_own(
+    build_root: Build, open_gpu_host: Open
+) -> None:
+    """``whole_device_counters: true`` (off by default, the tests above): every full GPU
+    consumes a counter set of its own whole, MIG mode or not, for a Kueue that charges counters
+    (docs/multi-node.md, "Counters"); MIG placements still consume their GPU's set."""
+    root = build_root("dgx-h100", mig=(0,))
+    desc = {g.minor_number: g for g in load_nvml_description(root).devices}
+    with open_gpu_host(root, health_watch=False, whole_device_counters=True) as host:
+        devices = gpus(host)
+        slices = [s for s in build_inventory(host).slices() if s["spec"]["driver"] == DRIVER]
+    shared = {c["name"]: c["counters"] for s in slices for c in s["spec"].get("sharedCounters", [])}
+    assert list(shared) == [f"gpu-{i}-counter-set" for i in range(8)]
+    for i in range(8):
+        [whole] = devices[f"gpu-{i}"].consumes_counters
+        assert whole.counter_set == f"gpu-{i}-counter-set"
+        assert {k: v["value"] for k, v in shared[whole.counter_set].items()} == whole.counters
+    [gpu1] = devices["gpu-1"].consumes_counters
+    assert gpu1.counters == {"memory": str(desc[1].memory_total_bytes)}, "no MIG: memory only"
+    assert "memory-slice-0" in devices["gpu-0"].consumes_counters[0].counters
+    [use] = devices["gpu-0-mig-1g10gb-19-3"].consumes_counters
+    assert use.counter_set == "gpu-0-counter-set"
+    published = [d for s in slices for d in s["spec"].get("devices", [])]
+    assert len(published) == 8 + 25
+    assert all(d["consumesCounters"] for d in published)

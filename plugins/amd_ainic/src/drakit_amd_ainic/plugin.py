@@ -89,6 +89,7 @@ class AmdAinicPlugin:
         self.podnet = PodNetwork(context.state, boot)
         self._view = _View(published={})
         self._cache = DiscoveryCache()
+        self._counters_dropped = False
         # functions as last read with their netdev in the host: a netdev moved into a pod is
         # published as it was (build_devices' ``moved``)
         self._host_seen: dict[str, NicFunction] = {}
@@ -123,9 +124,23 @@ class AmdAinicPlugin:
             if fn.ifname is not None
         }
         self._view = _View(published=published)
-        if not self.ctx.shares_driver:
+        wanted = self.ctx.shares_driver or self.settings.whole_device_counters
+        if (
+            wanted
+            and not self._counters_dropped
+            and "consumesCounters" in self.ctx.dropped_fields()
+        ):
+            self._counters_dropped = True  # until restart: publishing them again would flap
+            self.ctx.log.warning(
+                "plugins.%s: the API server drops consumesCounters (DRAPartitionableDevices is "
+                "off); publishing NICs without counter sets",
+                self.ctx.name,
+            )
+        if not wanted or self._counters_dropped:
             # validated devices (thousands on a VF node): no second pass over each
             return DeviceInventory.model_construct(devices=tuple(devices))
+        # every PF consumes a counter set of its own (bandwidth): what a composite's pairs
+        # consume too, and what a counter-reading Kueue charges (docs/multi-node.md)
         devices, sets = with_counter_sets(devices, published)
         return DeviceInventory(devices=tuple(devices), counter_sets=tuple(sets))
 

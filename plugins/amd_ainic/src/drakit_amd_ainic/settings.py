@@ -104,6 +104,13 @@ class AmdAinicSettings(PluginSettings):
         le=256,
         description="shared: VFs created on demand per PF (default: sriov_totalvfs; 0: never)",
     )
+    whole_device_counters: bool = Field(
+        default=False,
+        description="Make every whole NIC (pf and shared modes) consume a counter set of its "
+        "own, also without a composite, for a Kueue that charges counters "
+        "(docs/multi-node.md#kueue); an adminAccess claim on a NIC "
+        "another claim holds is then never allocated",
+    )
     queues: CapacityPolicy = CapacityPolicy(default=1)
     bandwidth_gbps: CapacityPolicy = CapacityPolicy(default=10)
     selection: str = Field(

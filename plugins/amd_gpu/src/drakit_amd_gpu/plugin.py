@@ -74,7 +74,10 @@ class AmdGpuPlugin:
             gpus,
             partitions=self.settings.partitions and not self._counters_dropped,
             taints=taints,
-            whole_counters=self.ctx.shares_driver and not self._counters_dropped,
+            # a composite's pairs consume the GPU's set; whole_device_counters gives it to
+            # standalone GPUs too, for a Kueue that charges counters (docs/multi-node.md)
+            whole_counters=(self.ctx.shares_driver or self.settings.whole_device_counters)
+            and not self._counters_dropped,
         )
         with self._lock:
             self._published = published

@@ -122,7 +122,10 @@ class NvidiaGpuPlugin:
             Path(node.sysfs_root),
             partitions=self.settings.mig_partitions and not self._counters_dropped,
             taints=problem_taints(problems, self.settings.taint_effect),
-            whole_counters=self.ctx.shares_driver and not self._counters_dropped,
+            # a composite's pairs consume the GPU's set; whole_device_counters gives it to
+            # standalone GPUs too, for a Kueue that charges counters (docs/multi-node.md)
+            whole_counters=(self.ctx.shares_driver or self.settings.whole_device_counters)
+            and not self._counters_dropped,
         )
         with self._lock:
             self._published = published

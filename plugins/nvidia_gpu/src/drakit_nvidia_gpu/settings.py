@@ -28,6 +28,12 @@ class NvidiaGpuSettings(PluginSettings):
     mig_partitions: bool = Field(
         default=True, description="Publish MIG placements of GPUs in MIG mode (KEP-4815)"
     )
+    whole_device_counters: bool = Field(
+        default=False,
+        description="Make every full GPU consume a counter set of its own, also without a "
+        "composite, for a Kueue that charges counters (docs/multi-node.md#kueue); an "
+        "adminAccess claim on a GPU another claim holds is then never allocated",
+    )
     health_watch: bool = Field(default=True, description="Watch NVML XID events on a thread")
     ignored_xids: tuple[int, ...] = Field(
         default=APPLICATION_XIDS,
