@@ -219,7 +219,7 @@ def test_every_quarantined_copy_is_kept(
 def test_checkpoint_written_by_the_previous_format_still_loads(tmp_path: Path) -> None:
     """Files written before the incremental writer (indented, whole-dump checksum) are valid."""
     rec = ClaimRecord(namespace="ns", name="a", uid="u1", phase=ClaimPhase.PREPARE_COMPLETED)
-    newer = {"recovered", "admin_requests"}  # fields those files lack
+    newer = {"recovered", "admin_requests", "reserved_for"}  # fields those files lack
     old = Checkpoint(driver=GPU, boot_id="b", claims={"u1": rec})
     body = {
         "driver": GPU,
@@ -265,7 +265,7 @@ def test_checkpoint_with_floats_and_non_ascii_text_loads_and_saves_again(tmp_pat
             uid: {
                 k: v
                 for k, v in rec.model_dump(mode="json").items()
-                if k not in {"recovered", "admin_requests"}  # written only when set
+                if k not in {"recovered", "admin_requests", "reserved_for"}  # only when set
             }
             for uid, rec in recs.items()
         },
