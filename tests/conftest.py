@@ -14,6 +14,16 @@ Importing this conftest installs the fixture distributions of ``tests/fixtures/`
 
 from __future__ import annotations
 
+import os
+
+# Before anything imports grpc: the tests start many processes (control plane, drakit node,
+# containerd, Kueue) with a preexec_fn, so Python forks with gRPC's threads running; with gRPC's
+# fork support on, its handler in the child then sometimes aborted it before exec
+# ("Epoll1Poller ... epoll_wait error: Bad file descriptor", then SIGABRT), seen in CI for the
+# Kueue manager and a drakit node. The children exec at once and never use gRPC state.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+
 import shutil
 import sys
 import tempfile

@@ -44,9 +44,9 @@ def test_health_taints_are_in_the_running_nodes_view(tmp_path: Path) -> None:
         uuid = running.published().device("gpu-3").attribute("uuid")
         inject_xid(node.root, uuid, 79)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # the XID taint may show a round before the other
             tainted = running.published().tainted()
-            if tainted:
+            if "drakit.io/unhealthy" in {t["key"] for t in tainted.get("gpu-3", ())}:
                 break
             time.sleep(0.2)
         assert set(tainted) == {"gpu-3"}, tainted

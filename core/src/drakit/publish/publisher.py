@@ -58,8 +58,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-WATCH_RETRY_MAX = 10.0
+WATCH_RETRY_MAX = 8.0
 """Longest wait between watch reconnects while the API server is unreachable (seconds).
+
+At most 8 s, so a node notices the API server's return within that long, however long the
+outage (``tests/e2e/test_node_faults.py::test_api_server_outage_of_60s``).
 
 Each wait is drawn from 10-100 % of ``min(WATCH_RETRY_MAX, 0.5 s x 2^(n-1))`` (full jitter): the
 watches of a whole fleet break together when the API server restarts, and with the 80-100 %
