@@ -8,12 +8,14 @@ less, so they are what a change is judged by (see ``benchmarks/README.md``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -217,3 +219,11 @@ def free_port() -> int:
 def loadavg() -> list[float]:
     """The 1/5/15-minute load averages, rounded."""
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def emit(report: dict[str, Any], output: Path | None) -> None:
+    """Print ``report`` as indented JSON, and write it to ``output`` when one is given."""
+    text = json.dumps(report, indent=2)
+    if output:
+        output.write_text(text + "\n")
+    print(text)

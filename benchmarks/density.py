@@ -38,6 +38,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import emit
+
 from drakit.sim import SysfsBuilder, build_profile
 
 PLUGINS: dict[str, dict[str, Any]] = {
@@ -190,10 +192,7 @@ def main(argv: list[str]) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report["meta"]["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = json.dumps(report, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-    print(text)
+    emit(report, args.output)
     return 0
 
 

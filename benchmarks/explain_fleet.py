@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import calibration_workload
+from benchmarks.common import calibration_workload, emit
 from benchmarks.scheduler import webhook_pairs
 
 from drakit.allocator import Allocator, DeviceClass, Node, ResourceClaim, ResourceSlice
@@ -191,10 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "job_ms_per_claim": round(job_s / max(placed, 1) * 1e3, 2),
         "calibration_median_s": round(med_c, 4),
     }
-    text = json.dumps(report, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-    print(text)
+    emit(report, args.output)
     return 0
 
 

@@ -49,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.cluster import find_bin_dir, start_control_plane
+from benchmarks.common import emit
 from tests.e2e.controlplane import ControlPlane, ControlPlaneError
 
 __all__ = ["ApiServerProbe", "FleetProcess", "main"]
@@ -355,10 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             and isinstance(e.get(phase, {}).get(k), int | float)
             and e[phase][k]
         }
-    text = json.dumps(report, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-    print(text)
+    emit(report, args.output)
     return 0
 
 

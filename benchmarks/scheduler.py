@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import contextlib
 
 from benchmarks.cluster import find_bin_dir
+from benchmarks.common import emit
 from tests.e2e.controlplane import ControlPlane
 
 from drakit.errors import NotFoundError
@@ -419,10 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             r["ratio"] = round(r["pods_per_s"] / base["pods_per_s"], 2)
     report["meta"]["load_end"] = load()
     report["meta"]["seconds"] = round((datetime.now(UTC) - started).total_seconds())
-    text = json.dumps(report, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-    print(text)
+    emit(report, args.output)
     return 0
 
 
