@@ -72,12 +72,11 @@ def test_prepare_returns_cdi_ids_and_writes_one_spec(
     # and the checkpoint keeps the plugins' state, not the edits the spec holds
     record = json.loads((tmp_path / "state" / GPU / "checkpoint.json").read_text())["claims"]
     prepared = record[ref.uid]["prepared"]
-    assert prepared and all(
-        d["edits"] == {"env": [], "device_nodes": [], "mounts": [], "hooks": []}
-        and d["state"].get("uuid")
-        for devs in prepared.values()
-        for d in devs
-    ), prepared
+    devices = [d for devs in prepared.values() for d in devs]
+    assert len(devices) == 2
+    for d in devices:
+        assert d["edits"] == {"env": [], "device_nodes": [], "mounts": [], "hooks": []}
+        assert d["state"]["uuid"]
 
 
 def test_prepare_is_idempotent_and_unprepare_cleans_up(
