@@ -178,8 +178,10 @@ class NvidiaGpuPlugin:
         s = self.settings
         where = f"plugins.{self.ctx.name}"
         self._toolkit_error = None
+        if s.cdi_hook == "none":
+            return None  # auto/required without hooks: drakit's own layout (toolkit: refused)
         ctk = find_ctk(s.nvidia_ctk, seen)
-        hook = find_hook(s.cdi_hook, seen, host) if s.cdi_hook != "none" else None
+        hook = find_hook(s.cdi_hook, seen, host)
         why = None
         if ctk is None:
             if s.driver_files != "toolkit":

@@ -30,6 +30,7 @@ driver's ``libnvidia-ml`` and adds the graphics libraries.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import stat
@@ -40,6 +41,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from drakit.errors import PermanentError, RetryableError
 from drakit.models import CdiDeviceNode, CdiHook, CdiMount, EnvEntry
 from drakit.statefiles import StateDir
 from drakit_nvidia_gpu.driverfiles import HOOK_DIRS, HOOK_NAME, DriverFiles
@@ -57,6 +59,8 @@ __all__ = [
     "find_hook",
     "toolkit_driver_files",
 ]
+
+log = logging.getLogger(__name__)
 
 CTK_NAME: Final = "nvidia-ctk"
 CTK_DIRS: Final = ("usr/bin", "usr/local/bin", "usr/local/nvidia/toolkit")
@@ -293,7 +297,7 @@ def toolkit_driver_files(run: ToolkitRun, version: str, state: StateDir | None) 
 
     Raises:
         ToolkitError: the toolkit gave no usable spec (the message names the setting to fix).
-        RetryableError: the cache could not be written (the file system refused).
+        RetryableError: the cache could not be read (the file system refused).
     """
     key = {"driver_version": version, "argv": run.argv(), "host_root": run.host_root}
     cache = state.file(CACHE_FILE, kind=CACHE_KIND) if state is not None else None
@@ -306,5 +310,8 @@ def toolkit_driver_files(run: ToolkitRun, version: str, state: StateDir | None) 
     doc = run.generate()
     files = _from_spec(_parse(doc, " ".join(run.argv())), run, version)
     if cache is not None:
-        cache.write({"key": key, "spec": doc})
+        try:
+            cache.write({"key": key, "spec": doc})
+        except (RetryableError, PermanentError) as e:  # the files are good; only not kept
+            log.warning("%s: the toolkit's spec is not cached (%s)", run.setting, e)
     return files
