@@ -106,9 +106,16 @@ def check_spec(
     devices = spec.get("devices") or []
     if not devices:
         return ["the spec has no devices"]
+    # mounts and hooks every device carries are in the spec's own containerEdits (core hoists
+    # them); a container that references a device gets both
+    common = spec.get("containerEdits") or {}
     for dev in devices:
         name = dev.get("name", "?")
-        edits = dev.get("containerEdits") or {}
+        own = dev.get("containerEdits") or {}
+        edits = {
+            key: [*(common.get(key) or []), *(own.get(key) or [])]
+            for key in ("deviceNodes", "env", "mounts", "hooks")
+        }
         for node in edits.get("deviceNodes") or []:
             problems += [f"device {name}: {p}" for p in check_node(node, device_root, majors)]
         env = dict(e.split("=", 1) for e in edits.get("env") or [] if "=" in e)
