@@ -103,7 +103,7 @@ class ToolkitSpec(_Strict):
     """The CDI spec ``nvidia-ctk cdi generate --format=json`` prints."""
 
     cdi_version: str = Field(alias="cdiVersion", min_length=1)
-    kind: str = Field(min_length=1)
+    cdi_kind: str = Field(alias="kind", min_length=1, description="nvidia.com/gpu")
     annotations: dict[str, str] = Field(default_factory=dict)
     devices: tuple[ToolkitDevice, ...] = ()
     container_edits: ToolkitEdits = Field(default_factory=ToolkitEdits, alias="containerEdits")
