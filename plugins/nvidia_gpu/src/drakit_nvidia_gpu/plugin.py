@@ -177,7 +177,7 @@ class NvidiaGpuPlugin:
         """The toolkit's files; ``None`` (the reason logged, kept for ``toolkit``) without."""
         s = self.settings
         where = f"plugins.{self.ctx.name}"
-        self._toolkit_error = None
+        said, self._toolkit_error = self._toolkit_error, None
         if s.cdi_hook == "none":
             return None  # auto/required without hooks: drakit's own layout (toolkit: refused)
         ctk = find_ctk(s.nvidia_ctk, seen)
@@ -230,7 +230,8 @@ class NvidiaGpuPlugin:
                 return files
         if s.driver_files == "toolkit":
             self._toolkit_error = why
-            self.ctx.log.error("%s; GPU claims fail until this is fixed", why)
+            if why != said:  # tried again every discovery round: logged when it changes
+                self.ctx.log.error("%s; GPU claims fail until this is fixed", why)
         else:
             self.ctx.log.warning(
                 "%s; using drakit's own discovery for driver %s instead", why, version
