@@ -27,6 +27,7 @@ The ratio column divides by the example driver's scenario with the same device c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -125,8 +126,16 @@ class Scenario:
     config: str = ""  # a key of CONFIGS: the backends the shape is discovered with
 
 
-CONFIGS: dict[str, dict[str, Any] | None] = {"": None, "gpu-only": {"plugins": {"nvidia_gpu": {}}}}
-"""Configurations other than the default one (CPU backend and the composite)."""
+CONFIGS: dict[str, dict[str, Any] | None] = {
+    "": None,
+    "gpu-only": {"plugins": {"nvidia_gpu": {}}},
+    "members-first": None,
+}
+"""Configurations other than the default one (CPU backend and the composite).
+
+``members-first`` is the default configuration with each pool's devices in the order drakit
+published them before composed devices came first: the members (GPUs, NICs), then the pairs.
+"""
 
 
 SCENARIOS = (
@@ -150,6 +159,22 @@ SCENARIOS = (
     Scenario(
         "drakit-pair-1", "h200-8gpu-8ainic", 1, lambda: webhook_pairs(1, "preferred"), "example-1"
     ),
+    Scenario(
+        "drakit-gpu-1-members-first",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: exactly("nvidia-gpu", 1),
+        "example-1",
+        "members-first",
+    ),
+    Scenario(
+        "drakit-pair-1-members-first",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: webhook_pairs(1, "preferred"),
+        "example-1",
+        "members-first",
+    ),
     Scenario("example-2", "example-gpu", 2, lambda: exactly("example-gpu", 2), "example-2"),
     Scenario(
         "drakit-pair-2-none", "h200-8gpu-8ainic", 2, lambda: webhook_pairs(2, "none"), "example-2"
@@ -160,6 +185,14 @@ SCENARIOS = (
         2,
         lambda: webhook_pairs(2, "preferred"),
         "example-2",
+    ),
+    Scenario(
+        "drakit-pair-2-preferred-members-first",
+        "h200-8gpu-8ainic",
+        2,
+        lambda: webhook_pairs(2, "preferred"),
+        "example-2",
+        "members-first",
     ),
     Scenario(
         "drakit-pair-2-required",
@@ -186,6 +219,18 @@ SCENARIOS = (
 
 
 def _shape(name: str, config: str) -> Shape:
+    if config == "members-first":
+        shape = load_shape(name)
+        pools = tuple(
+            dataclasses.replace(
+                p,
+                devices=tuple(
+                    sorted(p.devices, key=lambda d: len(d.consumes_counters) > 1)  # pairs last
+                ),
+            )
+            for p in shape.pools
+        )
+        return dataclasses.replace(shape, pools=pools)
     if not CONFIGS[config]:
         return load_shape(name)
     with tempfile.NamedTemporaryFile(
