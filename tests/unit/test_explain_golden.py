@@ -1,5 +1,8 @@
 """The allocator and ``explain`` answer as they did before their fleet-scale work.
 
+Also: devices share a CEL environment (its cache is keyed by content) only when CEL would see
+them alike.
+
 ``explain_golden.outcomes()`` (small fleets whose nodes publish devices of the same content
 under different names: generated scenarios with capacities, counters, taints, constraints,
 and drakit's composite shape) against the outcomes recorded before the caches keyed by device
@@ -9,8 +12,14 @@ content and the per-set counter checks went in: allocations and every reason, wo
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.unit.explain_golden import GOLDEN, outcomes
+
+from drakit.allocator.api import Device
+from drakit.allocator.cel import DeviceEnv, content_key, device_input
 
 
 def test_results_and_reasons_are_unchanged() -> None:
@@ -19,3 +28,66 @@ def test_results_and_reasons_are_unchanged() -> None:
     assert got["drakit"] == want["drakit"]
     for i, (g, w) in enumerate(zip(got["scenarios"], want["scenarios"], strict=True)):
         assert g == w, f"scenario {i} ({w['kind']})"
+
+
+# --- the content key of a device's CEL input ---------------------------------------------------
+
+_NAMES = st.sampled_from(["a", "dx.io/a", "numa"])
+# values that are equal or alike in Python but not to CEL: 1 and True, a string and a version
+_VALUES = st.sampled_from(
+    [
+        {"int": 1},
+        {"int": 0},
+        {"bool": True},
+        {"bool": False},
+        {"string": "1.0.0"},
+        {"version": "1.0.0"},
+        {"ints": [1]},
+        {"bools": [True]},
+        {"strings": ["1.0.0"]},
+        {"versions": ["1.0.0"]},
+    ]
+)
+_DEVICES = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["d0", "d1"]),
+        "attributes": st.dictionaries(_NAMES, _VALUES, max_size=2),
+        "capacity": st.dictionaries(
+            st.sampled_from(["memory", "dx.io/bw"]),
+            st.sampled_from(["1", "1k", "1000"]).map(lambda v: {"value": v}),
+            max_size=2,
+        ),
+        "allowMultipleAllocations": st.sampled_from([None, False, True]),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["a.io", "dx.io"]), _DEVICES, st.sampled_from(["a.io", "dx.io"]), st.data())
+def test_equal_content_keys_mean_equal_cel_inputs(
+    d1: str, raw1: dict[str, Any], d2: str, data: st.DataObject
+) -> None:
+    """Devices share a CEL environment only when their ``device`` variables are equal.
+
+    The second device is the first with some values replaced (often by one equal in Python but
+    not in CEL) or another device altogether; "equal" is compared as JSON (``1 != true``).
+    """
+    raw2 = data.draw(
+        st.one_of(
+            _DEVICES,
+            st.fixed_dictionaries(
+                {k: st.just(v) for k, v in raw1.items() if k != "attributes"}
+                | {"attributes": st.fixed_dictionaries({n: _VALUES for n in raw1["attributes"]})}
+            ),
+        )
+    )
+    a, b = Device.model_validate(raw1), Device.model_validate(raw2)
+    if content_key(d1, a) == content_key(d2, b):
+        assert _typed(device_input(d1, a)) == _typed(device_input(d2, b))
+        assert DeviceEnv.of(d1, a) is DeviceEnv.of(d2, b)
+    same = Device.model_validate({**raw1, "name": "elsewhere"})
+    assert content_key(d1, same) == content_key(d1, a)
+
+
+def _typed(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
