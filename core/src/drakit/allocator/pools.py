@@ -33,6 +33,18 @@ class Candidate:
     slice: ResourceSlice
     pool: Pool
     _env: DeviceEnv | None = None
+    _draws: tuple[tuple[str, str, Fraction], ...] | None = None
+
+    @property
+    def draws(self) -> tuple[tuple[str, str, Fraction], ...]:
+        """``(counter set, counter, amount)`` for each counter the device consumes."""
+        if self._draws is None:
+            self._draws = tuple(
+                (use.counter_set, name, parse_quantity(c.value))
+                for use in self.device.consumes_counters
+                for name, c in use.counters.items()
+            )
+        return self._draws
 
     @property
     def env(self) -> DeviceEnv:
