@@ -7,7 +7,8 @@ change of an answer is intended, and say so in the commit:
 ``uv run python -m tests.unit.explain_golden``.
 
 Two kinds of fleet, each of several nodes whose devices have the same content under different
-node and pool names (as in a real fleet), so that anything cached by content is shared:
+node and pool names (as in a real fleet), read as ``drakit explain`` reads slices (one device
+object per distinct device), so that anything cached by content or by device is shared:
 
 * the allocator scenarios' generator (``tests/e2e/allocator_scenarios.py``: made-up devices with
   capacities, counters, taints, per-device node selection, and drakit's profiles), one scenario
@@ -27,9 +28,9 @@ from typing import Any
 from tests.e2e.allocator_scenarios import CLASSES, NODE_LABEL, all_profile_classes, generate
 
 from drakit.allocator import AllocationError, Allocator, DeviceClass, Node, ResourceClaim
-from drakit.allocator.api import ResourceSlice
 from drakit.allocator.cel import DeviceEnv
 from drakit.explain.report import explain
+from drakit.explain.sources import parse_slices
 from drakit.node.fleet import load_shape
 from drakit.publish.render import render_pool
 
@@ -89,7 +90,7 @@ def scenario_fleet(i: int) -> dict[str, Any]:
     names = [f"g{i}-{x}" for x in "abc"]
     scs = [generate(23, i, n) for n in names]
     raw = [s for sc in scs for s in sc.slices]
-    slices = [ResourceSlice.model_validate(s) for s in raw]
+    slices = parse_slices(raw, "scenario")
     cls = classes({**CLASSES, **all_profile_classes(), **scs[0].extra_classes})
     nodes = [Node.named(n, {NODE_LABEL: n}) for n in names]
     allocated: list[ResourceClaim] = []
@@ -153,7 +154,7 @@ def pairs_claim(pairs: int, policy: str) -> dict[str, Any]:
 
 def drakit_fleet(raw: list[dict[str, Any]]) -> list[Any]:
     """The webhook's pair claims explained over the fleet, with pairs in use on h1 and h3."""
-    slices = [ResourceSlice.model_validate(s) for s in raw]
+    slices = parse_slices(raw, "fleet")
     cls = classes(DRAKIT_CLASSES)
     busy = {"h1": [0, 1, 2, 3, 4, 5], "h3": [0, 4, 5]}
     allocated = [
@@ -189,7 +190,7 @@ def drakit_fleet(raw: list[dict[str, Any]]) -> list[Any]:
 
 def outcomes() -> dict[str, Any]:
     """Everything the golden file records, computed now (CEL cache cold)."""
-    DeviceEnv._cache.clear()
+    DeviceEnv.clear()
     return {
         "scenarios": [scenario_fleet(i) for i in range(SCENARIOS)],
         "drakit": drakit_fleet(drakit_fleet_slices(4)),

@@ -1,7 +1,8 @@
 """The allocator and ``explain`` answer as they did before their fleet-scale work.
 
 Also: devices share a CEL environment (its cache is keyed by content) only when CEL would see
-them alike.
+them alike; slices read for explain share one device object per distinct device, and a bad
+device still fails its slice by name and path.
 
 ``explain_golden.outcomes()`` (small fleets whose nodes publish devices of the same content
 under different names: generated scenarios with capacities, counters, taints, constraints,
@@ -14,12 +15,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.unit.explain_golden import GOLDEN, outcomes
 
-from drakit.allocator.api import Device
+from drakit.allocator.api import Device, ResourceSlice
 from drakit.allocator.cel import DeviceEnv, content_key, device_input
+from drakit.errors import ConfigInvalid
+from drakit.explain.sources import parse_slices
 
 
 def test_results_and_reasons_are_unchanged() -> None:
@@ -91,3 +95,39 @@ def test_equal_content_keys_mean_equal_cel_inputs(
 
 def _typed(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+# --- reading a fleet's slices ------------------------------------------------------------------
+
+
+def _slice_doc(node: str, devices: list[Any]) -> dict[str, Any]:
+    return {
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu"},
+        "spec": {"driver": "gpu.io", "pool": {"name": node}, "nodeName": node, "devices": devices},
+    }
+
+
+def _gpu(i: int, memory: Any = "80Gi") -> dict[str, Any]:
+    return {
+        "name": f"gpu-{i}",
+        "attributes": {"index": {"int": i}},
+        "capacity": {"memory": {"value": memory}},
+    }
+
+
+def test_slices_share_one_device_per_content_and_equal_the_plain_parse() -> None:
+    docs = [_slice_doc(f"n{n}", [_gpu(0), _gpu(1)]) for n in range(3)]
+    slices = parse_slices(docs, "slices")
+    assert slices == [ResourceSlice.model_validate(d) for d in docs]
+    assert len({id(d) for s in slices for d in s.spec.devices}) == 2
+
+
+def test_a_bad_device_fails_its_slice_by_name_and_path_as_before() -> None:
+    docs = [_slice_doc("n0", [_gpu(0)]), _slice_doc("n1", [_gpu(0), _gpu(1, "eighty")])]
+    with pytest.raises(ConfigInvalid) as got:
+        parse_slices(docs, "slices")
+    assert str(got.value) == (
+        "slices: n1-gpu: spec.devices[1].capacity.memory.value: 'eighty' is not a Kubernetes "
+        "quantity (examples: 8, 80Gi, 500m)"
+    )

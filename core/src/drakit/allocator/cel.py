@@ -233,6 +233,8 @@ class DeviceEnv:
     """
 
     _cache: ClassVar[dict[Hashable, DeviceEnv]] = {}
+    # id -> (the device, kept alive so that its id is not reused; driver; environment)
+    _by_object: ClassVar[dict[int, tuple[Device, str, DeviceEnv]]] = {}
     _MAX = 8192
 
     def __init__(self, value: dict[str, Any]) -> None:
@@ -246,15 +248,30 @@ class DeviceEnv:
 
         Looked up by :func:`content_key`, so the ``device`` variable is only converted for a
         content not seen before: a fleet's nodes publish the same devices under their own pool
-        names, and converting each (about 40 us) was most of explaining a claim over them.
+        names, and converting each (about 40 us) was most of explaining a claim over them. A
+        device object seen before (one shared by many slices, as
+        :func:`drakit.explain.sources.parse_slices` makes them) is not even keyed again: devices
+        are frozen models, never changed in place.
         """
+        seen = cls._by_object.get(id(device))
+        if seen is not None and seen[0] is device and seen[1] == driver:
+            return seen[2]
         key = content_key(driver, device)
         env = cls._cache.get(key)
         if env is None:
             if len(cls._cache) >= cls._MAX:
-                cls._cache.clear()
+                cls.clear()
             env = cls._cache[key] = cls(device_input(driver, device))
+        if len(cls._by_object) >= cls._MAX:
+            cls._by_object.clear()
+        cls._by_object[id(device)] = (device, driver, env)
         return env
+
+    @classmethod
+    def clear(cls) -> None:
+        """Forget every environment (and the results cached in them)."""
+        cls._cache.clear()
+        cls._by_object.clear()
 
     def context(self, domains: tuple[str, ...], functions: bool) -> cel.Context:
         """A context whose maps also hold an empty entry for each of ``domains``.

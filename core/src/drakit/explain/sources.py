@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from drakit.allocator import DeviceClass, Node, ResourceClaim, ResourceSlice
-from drakit.allocator.api import DeviceTaintRule, apply_taint_rules
+from drakit.allocator.api import Device, DeviceTaintRule, apply_taint_rules
 from drakit.config import validation_errors
 from drakit.errors import ConfigInvalid, NotFoundError
 from drakit.host.settings import yaml_shape_problem
@@ -25,7 +25,7 @@ from drakit.host.settings import yaml_shape_problem
 if TYPE_CHECKING:
     from drakit.kube import KubeClient
 
-__all__ = ["Inputs", "from_cluster", "from_files", "read_objects"]
+__all__ = ["Inputs", "from_cluster", "from_files", "parse_slices", "read_objects"]
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 
@@ -89,6 +89,45 @@ def _parse(kind: type[_M], docs: list[dict[str, Any]], source: str) -> list[_M]:
     return parsed
 
 
+def parse_slices(docs: list[dict[str, Any]], source: str) -> list[ResourceSlice]:
+    """ResourceSlices, each distinct device validated once and shared by the slices listing it.
+
+    A fleet's nodes publish the same devices (by content) in their own slices: 26,000 devices
+    over 1,000 nodes are 26 distinct ones, and validating each device took most of reading the
+    cluster's slices (``benchmarks/explain_fleet.py``). Devices are frozen, so sharing one is
+    safe; a device that does not validate leaves its slice to be validated whole, so that the
+    error names the slice and the device's path in it, as before.
+
+    Raises:
+        ConfigInvalid: a slice does not parse (naming it).
+    """
+    seen: dict[str, Device] = {}
+    docs = [_with_devices(doc, seen) for doc in docs]
+    return _parse(ResourceSlice, docs, source)
+
+
+def _with_devices(doc: dict[str, Any], seen: dict[str, Device]) -> dict[str, Any]:
+    """``doc`` with its devices replaced by validated (shared) ones; as it was on any problem."""
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        return doc
+    raw = spec.get("devices")
+    if not isinstance(raw, list) or not raw:
+        return doc
+    devices: list[Device] = []
+    for d in raw:
+        key = repr(d)  # the parsed JSON or YAML: equal text, equal device
+        device = seen.get(key)
+        if device is None:
+            try:
+                device = Device.model_validate(d)
+            except ValidationError:
+                return doc
+            seen[key] = device
+        devices.append(device)
+    return {**doc, "spec": {**spec, "devices": devices}}
+
+
 def _claim(doc: dict[str, Any], source: str) -> ResourceClaim:
     if doc.get("kind") == "ResourceClaimTemplate":
         meta = doc.get("metadata") or {}
@@ -122,10 +161,8 @@ def from_files(
         "DeviceTaintRules",
     )
     slices = apply_taint_rules(
-        _parse(
-            ResourceSlice,
-            [o for o in objs if o.get("kind", "ResourceSlice") == "ResourceSlice"],
-            "slices",
+        parse_slices(
+            [o for o in objs if o.get("kind", "ResourceSlice") == "ResourceSlice"], "slices"
         ),
         rules,
     )
@@ -188,9 +225,7 @@ def from_cluster(
             claim = _claim({"kind": "ResourceClaimTemplate", **doc}, f"{namespace}/{name}")
         else:
             claim = _claim(kube.get_resource_claim(namespace, name), f"{namespace}/{name}")
-        slices = _parse(
-            ResourceSlice, kube.list_all(f"{RESOURCE}/resourceslices"), "ResourceSlices"
-        )
+        slices = parse_slices(kube.list_all(f"{RESOURCE}/resourceslices"), "ResourceSlices")
         slices = apply_taint_rules(
             slices, _parse(DeviceTaintRule, _taint_rules(kube), "DeviceTaintRules")
         )
