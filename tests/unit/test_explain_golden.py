@@ -123,6 +123,16 @@ def test_slices_share_one_device_per_content_and_equal_the_plain_parse() -> None
     assert len({id(d) for s in slices for d in s.spec.devices}) == 2
 
 
+def test_slices_of_devices_all_different_read_the_same() -> None:
+    """Past the first few hundred distinct devices without repeats, sharing stops: same slices."""
+    docs = [_slice_doc(f"n{n}", [_gpu(n), _gpu(n + 1, "40Gi")]) for n in range(400)]
+    docs += [_slice_doc("again", [_gpu(0)]), _slice_doc("bad", [_gpu(0, "eighty")])]
+    with pytest.raises(ConfigInvalid, match=r"bad-gpu: spec\.devices\[0\]"):
+        parse_slices(docs, "slices")
+    slices = parse_slices(docs[:-1], "slices")
+    assert slices == [ResourceSlice.model_validate(d) for d in docs[:-1]]
+
+
 def test_a_bad_device_fails_its_slice_by_name_and_path_as_before() -> None:
     docs = [_slice_doc("n0", [_gpu(0)]), _slice_doc("n1", [_gpu(0), _gpu(1, "eighty")])]
     with pytest.raises(ConfigInvalid) as got:

@@ -186,10 +186,11 @@ def device_input(driver: str, device: Device) -> dict[str, Any]:
     attributes: dict[str, dict[str, Any]] = {}
     for name, attr in device.attributes.items():
         domain, ident = _split(name, driver)
-        value: Any = attr.value
-        if attr.kind == "version":
+        # the one set field, read as ``attr.kind``/``attr.value`` do, in one pass
+        field, value = next((f, v) for f, v in attr.__dict__.items() if v is not None)
+        if field == "version":
             value = _V + str(value)
-        elif attr.kind == "versions":
+        elif field == "versions":
             value = [_V + str(x) for x in value]
         elif isinstance(value, tuple):
             value = list(value)
