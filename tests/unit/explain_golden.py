@@ -1,8 +1,10 @@
 """Inputs and outcomes for ``test_explain_golden``: the allocator and ``explain`` on small fleets.
 
 The outcomes in ``data/explain_golden.json`` were recorded with the allocator and ``explain``
-as they were before their fleet-scale work (caches keyed by device content, counters checked
-per set touched): that work must not change a single result or reason. Regenerate only when a
+as they were before their fleet-scale work (commit ``49235b9``, slices read with
+``ResourceSlice.model_validate``; the same file comes out of the code after it): caches keyed
+by device content, counters checked per set drawn from, devices shared on read, the job's
+nodes given their own slices must not change a single result or reason. Regenerate only when a
 change of an answer is intended, and say so in the commit:
 ``uv run python -m tests.unit.explain_golden``.
 
@@ -16,7 +18,9 @@ object per distinct device), so that anything cached by content or by device is 
   the last one is explained over all three;
 * drakit's ``h200-8gpu-8ainic`` shape (CPU slice, composite pairs with shared counters) on four
   nodes, some pairs in use on two, and the webhook's claims for 1, 4 and 8 pairs under each
-  NUMA policy, and claims for GPUs and NICs (whose counters the pairs in use hold).
+  NUMA policy, and claims for GPUs and NICs (whose counters the pairs in use hold);
+* ``drakit explain job`` (:func:`drakit.explain.job.explain_job`) over both: jobs that fit,
+  fill nodes one after the other, and do not fit (with every node's reasons).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from tests.e2e.allocator_scenarios import CLASSES, NODE_LABEL, all_profile_class
 
 from drakit.allocator import AllocationError, Allocator, DeviceClass, Node, ResourceClaim
 from drakit.allocator.cel import DeviceEnv
+from drakit.explain.job import explain_job
 from drakit.explain.report import explain
 from drakit.explain.sources import parse_slices
 from drakit.node.fleet import load_shape
@@ -36,6 +41,7 @@ from drakit.publish.render import render_pool
 
 GOLDEN = Path(__file__).with_name("data") / "explain_golden.json"
 SCENARIOS = 60
+JOB_SCENARIOS = 25
 PAIRS = "pairs.composite.drakit.io"
 
 #: ``drakit deviceclasses`` of the default configuration (the benchmark's classes).
@@ -188,12 +194,63 @@ def drakit_fleet(raw: list[dict[str, Any]]) -> list[Any]:
     return out
 
 
+def scenario_jobs(i: int) -> Any:
+    """``drakit explain job``: scenario ``i``'s last claim for 1-4 pods over its three nodes."""
+    names = [f"j{i}-{x}" for x in "abc"]
+    scs = [generate(29, i, n) for n in names]
+    slices = parse_slices([s for sc in scs for s in sc.slices], "scenario")
+    cls = classes({**CLASSES, **all_profile_classes(), **scs[0].extra_classes})
+    nodes = [Node.named(n, {NODE_LABEL: n, "zone": "z"}) for n in names]
+    claim = _claim("job", scs[0].claims[-1])
+    return [
+        _strip(explain_job(claim, slices, cls, [], nodes, pods=p, topology_key="zone").model_dump())
+        for p in (1, 2, 4)
+    ]
+
+
+def drakit_jobs(raw: list[dict[str, Any]]) -> list[Any]:
+    """Pair jobs over the fleet's nodes in two fabrics (h0, h2 / h1, h3), h1 and h3 partly busy."""
+    slices = parse_slices(raw, "fleet")
+    cls = classes(DRAKIT_CLASSES)
+    nodes = [Node.named(f"h{n}", {"fabric": f"f{n % 2}"}) for n in range(4)]
+    busy = [
+        _claim(
+            "busy-h3",
+            {"requests": []},
+            {
+                "devices": {
+                    "results": [
+                        {"request": "pairs", "driver": PAIRS, "pool": "h3", "device": f"pair-{k}"}
+                        for k in (0, 1, 2, 3, 4)
+                    ]
+                }
+            },
+        )
+    ]
+    out: list[Any] = []
+    for pairs, pods in ((8, 2), (4, 3), (4, 4), (2, 7), (1, 30)):
+        ex = explain_job(
+            _claim(f"job-{pairs}", pairs_claim(pairs, "preferred")),
+            slices,
+            cls,
+            busy,
+            nodes,
+            pods=pods,
+            topology_key="fabric",
+        )
+        out.append(_strip(ex.model_dump()))
+    return out
+
+
 def outcomes() -> dict[str, Any]:
     """Everything the golden file records, computed now (CEL cache cold)."""
     DeviceEnv.clear()
+    raw = drakit_fleet_slices(4)
     return {
         "scenarios": [scenario_fleet(i) for i in range(SCENARIOS)],
-        "drakit": drakit_fleet(drakit_fleet_slices(4)),
+        "drakit": drakit_fleet(raw),
+        "jobs": [scenario_jobs(i) for i in range(JOB_SCENARIOS)],
+        "drakit_jobs": drakit_jobs(raw),
     }
 
 

@@ -30,6 +30,8 @@ def test_results_and_reasons_are_unchanged() -> None:
     want = json.loads(GOLDEN.read_text())
     got = json.loads(json.dumps(outcomes(), sort_keys=True))
     assert got["drakit"] == want["drakit"]
+    assert got["drakit_jobs"] == want["drakit_jobs"]
+    assert got["jobs"] == want["jobs"]
     for i, (g, w) in enumerate(zip(got["scenarios"], want["scenarios"], strict=True)):
         assert g == w, f"scenario {i} ({w['kind']})"
 
