@@ -2,7 +2,7 @@
 
 Also: devices share a CEL environment (its cache is keyed by content) only when CEL would see
 them alike; slices read for explain share one device object per distinct device, and a bad
-device still fails its slice by name and path.
+device still fails its slice by name and path; ``.json`` files are read as JSON.
 
 ``explain_golden.outcomes()`` (small fleets whose nodes publish devices of the same content
 under different names: generated scenarios with capacities, counters, taints, constraints,
@@ -13,6 +13,7 @@ content and the per-set counter checks went in: allocations and every reason, wo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from tests.unit.explain_golden import GOLDEN, outcomes
 from drakit.allocator.api import Device, ResourceSlice
 from drakit.allocator.cel import DeviceEnv, content_key, device_input
 from drakit.errors import ConfigInvalid
-from drakit.explain.sources import parse_slices
+from drakit.explain.sources import parse_slices, read_objects
 
 
 def test_results_and_reasons_are_unchanged() -> None:
@@ -143,3 +144,22 @@ def test_a_bad_device_fails_its_slice_by_name_and_path_as_before() -> None:
         "slices: n1-gpu: spec.devices[1].capacity.memory.value: 'eighty' is not a Kubernetes "
         "quantity (examples: 8, 80Gi, 500m)"
     )
+
+
+def test_json_files_are_read_as_json_past_a_million_values(tmp_path: Path) -> None:
+    """``kubectl get resourceslices -o json`` of a large cluster: no alias limit, no YAML pass."""
+    path = tmp_path / "slices.json"
+    path.write_text(json.dumps({"kind": "List", "items": [{"values": [0] * 1_000_001}]}))
+    [obj] = read_objects([path])
+    assert len(obj["values"]) == 1_000_001
+
+
+def test_bad_json_files_fail_naming_the_file(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"kind": "List", "items": [')
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigInvalid, match=r"broken\.json.*cannot read"):
+        read_objects([broken])
+    with pytest.raises(ConfigInvalid, match=r"deep\.json.*nested too deep"):
+        read_objects([deep])

@@ -7,6 +7,7 @@ allocator's models, and a malformed object fails with one error naming it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,21 +62,45 @@ def read_objects(paths: Iterable[Path]) -> list[dict[str, Any]]:
             else [path]
         )
         for f in files:
-            try:
-                text = f.read_text(encoding="utf-8")
-                # a cluster's objects: larger and deeper than a configuration, never unbounded
-                problem = yaml_shape_problem(text, max_bytes=MAX_SOURCE_BYTES, max_depth=64)
-                docs = [] if problem else list(yaml.safe_load_all(text))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-                raise ConfigInvalid([("", f"cannot read: {e}")], source=str(f)) from None
-            if problem:
-                raise ConfigInvalid([("", problem)], source=str(f))
+            docs = _json_docs(f) if f.suffix == ".json" else _yaml_docs(f)
             for doc in docs:
                 if isinstance(doc, dict) and isinstance(doc.get("items"), list):
                     out += [d for d in doc["items"] if isinstance(d, dict)]
                 elif isinstance(doc, dict):
                     out.append(doc)
     return out
+
+
+def _yaml_docs(f: Path) -> list[Any]:
+    try:
+        text = f.read_text(encoding="utf-8")
+        # a cluster's objects: larger and deeper than a configuration, never unbounded
+        problem = yaml_shape_problem(text, max_bytes=MAX_SOURCE_BYTES, max_depth=64)
+        docs = [] if problem else list(yaml.safe_load_all(text))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigInvalid([("", f"cannot read: {e}")], source=str(f)) from None
+    if problem:
+        raise ConfigInvalid([("", problem)], source=str(f))
+    return docs
+
+
+def _json_docs(f: Path) -> list[Any]:
+    """A ``.json`` file's one document, read as JSON.
+
+    JSON has no aliases to expand, and the standard library's parser guards its own recursion:
+    a cluster's slices (``kubectl get resourceslices -o json``: 26,000 devices at 1,000 nodes,
+    20 MiB) read in a fraction of a second, where YAML's event check took a minute and stopped
+    at a million values.
+    """
+    try:
+        if f.stat().st_size > MAX_SOURCE_BYTES:
+            problem = f"the file is over {MAX_SOURCE_BYTES // 1024 // 1024} MiB"
+            raise ConfigInvalid([("", problem)], source=str(f))
+        return [json.loads(f.read_bytes())]
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ConfigInvalid([("", f"cannot read: {e}")], source=str(f)) from None
+    except RecursionError:
+        raise ConfigInvalid([("", "nested too deep to read")], source=str(f)) from None
 
 
 def _parse(kind: type[_M], docs: list[dict[str, Any]], source: str) -> list[_M]:
