@@ -3,7 +3,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 UV = $(shell hack/ensure-uv.sh)
 
-.PHONY: setup demo test lint unit e2e control-plane node helm kueue bench fmt
+.PHONY: setup demo test lint unit e2e control-plane node helm kueue nvidia-ctk bench fmt
 
 # --inexact: keep packages the lock does not name (a vendor's `uv pip install -e ../my-plugin`)
 setup:
@@ -39,10 +39,15 @@ helm:
 kueue:
 	hack/kueue/build.sh >/dev/null
 
-unit: setup helm
+# Builds nvidia-ctk and nvidia-cdi-hook for the NVIDIA backend's toolkit-mode tests
+# (hack/nvidia-ctk/build.sh pins the toolkit; cached under ~/.cache/drakit/nvidia-ctk/).
+nvidia-ctk:
+	hack/nvidia-ctk/build.sh >/dev/null
+
+unit: setup helm nvidia-ctk
 	$(UV) run pytest -m "not e2e"
 
-test: lint control-plane node helm kueue
+test: lint control-plane node helm kueue nvidia-ctk
 	DRAKIT_E2E_REQUIRED=1 $(UV) run pytest
 
 bench: setup

@@ -27,6 +27,7 @@ The ratio column divides by the example driver's scenario with the same device c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -58,8 +59,8 @@ from drakit.errors import NotFoundError
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import load_settings
 from drakit.kube import KubeClient
-from drakit.models import NodeInfo
-from drakit.node.fleet import FLEET_LABEL, Fleet, Shape, load_shape
+from drakit.models import DeviceAttribute, NodeInfo
+from drakit.node.fleet import FLEET_LABEL, Fleet, Shape, example_gpu_shape, load_shape
 from drakit.strategy_models import SimpleRequest
 from drakit_composite.admission import AdmissionSettings, plan_pod
 
@@ -125,12 +126,33 @@ class Scenario:
     config: str = ""  # a key of CONFIGS: the backends the shape is discovered with
 
 
-CONFIGS: dict[str, dict[str, Any] | None] = {"": None, "gpu-only": {"plugins": {"nvidia_gpu": {}}}}
-"""Configurations other than the default one (CPU backend and the composite)."""
+CONFIGS: dict[str, dict[str, Any] | None] = {
+    "": None,
+    "gpu-only": {"plugins": {"nvidia_gpu": {}}},
+    "members-first": None,
+    "as-drakit": None,
+}
+"""Configurations other than the default one (CPU backend and the composite).
+
+``members-first`` is the default configuration with each pool's devices in the order drakit
+published them before composed devices came first: the members (GPUs, NICs), then the pairs.
+``as-drakit`` is the example driver's shape grown to drakit's node (``h200-8gpu-8ainic``, the
+default configuration): as many plain GPUs, one slice, each with as many attributes and
+capacities as drakit's device in the same place (no counters): what the scheduler pays for the
+size of what a node publishes, whatever its driver.
+"""
 
 
 SCENARIOS = (
     Scenario("example-1", "example-gpu", 1, lambda: exactly("example-gpu", 1), "example-1"),
+    Scenario(
+        "example-1-as-drakit",
+        "example-gpu",
+        1,
+        lambda: exactly("example-gpu", 1),
+        "example-1",
+        "as-drakit",
+    ),
     Scenario("drakit-gpu-1", "h200-8gpu-8ainic", 1, lambda: exactly("nvidia-gpu", 1), "example-1"),
     Scenario(
         "drakit-gpu-1-gpu-only",
@@ -150,6 +172,22 @@ SCENARIOS = (
     Scenario(
         "drakit-pair-1", "h200-8gpu-8ainic", 1, lambda: webhook_pairs(1, "preferred"), "example-1"
     ),
+    Scenario(
+        "drakit-gpu-1-members-first",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: exactly("nvidia-gpu", 1),
+        "example-1",
+        "members-first",
+    ),
+    Scenario(
+        "drakit-pair-1-members-first",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: webhook_pairs(1, "preferred"),
+        "example-1",
+        "members-first",
+    ),
     Scenario("example-2", "example-gpu", 2, lambda: exactly("example-gpu", 2), "example-2"),
     Scenario(
         "drakit-pair-2-none", "h200-8gpu-8ainic", 2, lambda: webhook_pairs(2, "none"), "example-2"
@@ -160,6 +198,14 @@ SCENARIOS = (
         2,
         lambda: webhook_pairs(2, "preferred"),
         "example-2",
+    ),
+    Scenario(
+        "drakit-pair-2-preferred-members-first",
+        "h200-8gpu-8ainic",
+        2,
+        lambda: webhook_pairs(2, "preferred"),
+        "example-2",
+        "members-first",
     ),
     Scenario(
         "drakit-pair-2-required",
@@ -185,7 +231,35 @@ SCENARIOS = (
 )
 
 
+def _as_drakit() -> Shape:
+    drakit = [d for p in load_shape("h200-8gpu-8ainic").pools for d in p.devices]
+    example = example_gpu_shape(len(drakit))
+    [pool] = example.pools
+    grown = []
+    for plain, like in zip(pool.devices, drakit, strict=True):
+        extra = len(like.attributes) + len(like.capacity) - len(plain.attributes)
+        extra -= len(plain.capacity)
+        attributes = dict(plain.attributes)
+        attributes.update({f"extra{j}": DeviceAttribute(string=f"value-{j}") for j in range(extra)})
+        grown.append(plain.model_copy(update={"attributes": attributes}))
+    return dataclasses.replace(example, pools=(dataclasses.replace(pool, devices=tuple(grown)),))
+
+
 def _shape(name: str, config: str) -> Shape:
+    if config == "as-drakit":
+        return _as_drakit()
+    if config == "members-first":
+        shape = load_shape(name)
+        pools = tuple(
+            dataclasses.replace(
+                p,
+                devices=tuple(
+                    sorted(p.devices, key=lambda d: len(d.consumes_counters) > 1)  # pairs last
+                ),
+            )
+            for p in shape.pools
+        )
+        return dataclasses.replace(shape, pools=pools)
     if not CONFIGS[config]:
         return load_shape(name)
     with tempfile.NamedTemporaryFile(
@@ -366,6 +440,14 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated scenarios to take a CPU profile of kube-scheduler in (pprof)",
     )
     ap.add_argument("--profile-seconds", type=int, default=10)
+    ap.add_argument(
+        "--gates",
+        choices=("release", "tests"),
+        default="release",
+        help="feature gates: the release's defaults (what a cluster runs), or the alpha DRA "
+        "gates the test suite turns on (some cost the scheduler per node and pod: "
+        "DRANodeAllocatableResources lists every slice for each node it filters)",
+    )
     ap.add_argument("-o", "--output", type=Path, default=None)
     args = ap.parse_args(argv)
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
@@ -373,7 +455,12 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="drakit-bench-cp-", dir="/dev/shm"))
     # pprof without credentials (loopback only), for --profile
     allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*"
-    cp = ControlPlane(find_bin_dir(args.bin_dir), run_dir, extra_args={"kube-scheduler": [allow]})
+    cp = ControlPlane(
+        find_bin_dir(args.bin_dir),
+        run_dir,
+        feature_gates={} if args.gates == "release" else None,
+        extra_args={"kube-scheduler": [allow]},
+    )
     cp.start()
     kube = KubeClient.from_kubeconfig(cp.kubeconfig, pool_size=32)
     report: dict[str, Any] = {
@@ -384,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                 ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
             ).stdout.strip(),
             "load_start": load(),
+            "gates": args.gates,
         },
         "scenarios": {},
     }

@@ -106,9 +106,11 @@ def check_spec(
     devices = spec.get("devices") or []
     if not devices:
         return ["the spec has no devices"]
+    shared = spec.get("containerEdits") or {}  # applied with any device of the spec (go-cdi)
     for dev in devices:
         name = dev.get("name", "?")
-        edits = dev.get("containerEdits") or {}
+        own = dev.get("containerEdits") or {}
+        edits = {k: [*(shared.get(k) or []), *(own.get(k) or [])] for k in {*shared, *own}}
         for node in edits.get("deviceNodes") or []:
             problems += [f"device {name}: {p}" for p in check_node(node, device_root, majors)]
         env = dict(e.split("=", 1) for e in edits.get("env") or [] if "=" in e)

@@ -54,7 +54,9 @@ def drakit(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[st
 
     CPU under its own driver; GPUs, NICs and GPU-NIC pairs under one driver (the composite).
     Yields its process (``proc``, replaced by a restart), ``dirs``, ``drivers`` (backend ->
-    driver), ``classes`` (drakit's class name -> the copy made here) and ``start``.
+    driver), ``classes`` (drakit's class name -> the copy made here), ``start``, the
+    ``plugins`` it starts with (a test that changes them restores them) and the simulated
+    ``root``.
     """
     cp = control_plane
     dirs = NodeDirs(real_node.root)
@@ -94,6 +96,8 @@ def drakit(control_plane: ControlPlane, real_node: RealNode) -> Iterator[dict[st
         "drivers": published_drivers(plugins),
         "classes": classes,
         "start": start,
+        "plugins": plugins,
+        "root": root,
     }
     try:
         state["proc"] = start()
@@ -406,3 +410,78 @@ def _published_attribute(cp: ControlPlane, node: str, device: str, name: str) ->
             if dev["name"] == device:
                 return next(iter(dev["attributes"][name].values()))
     raise AssertionError(f"device {device} not published on {node}")
+
+
+@pytest.fixture(scope="module")
+def nvidia_ctk_bin() -> Path:
+    """The real ``nvidia-ctk`` and ``nvidia-cdi-hook`` (``hack/nvidia-ctk/build.sh``, cached)."""
+    script = Path(__file__).resolve().parents[2] / "hack" / "nvidia-ctk" / "build.sh"
+    proc = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"{script} failed: {proc.stderr.strip()[-2000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_gpu_container_gets_the_toolkits_files_and_runc_runs_its_hooks(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    drakit: dict[str, Any],
+    namespace: str,
+    nvidia_ctk_bin: Path,
+) -> None:
+    """``driver_files: toolkit``: the real ``nvidia-ctk cdi generate`` (management mode) over the
+    simulated driver root; runc runs the spec's real ``nvidia-cdi-hook`` hooks (create-symlinks,
+    update-ldcache with the host's ldconfig, enable-cuda-compat) and the container starts with
+    the libraries at their own paths and the link the hook made."""
+    cp, root, plugins = control_plane, drakit["root"], drakit["plugins"]
+    hook = root / "usr" / "bin" / "nvidia-cdi-hook"
+    before = dict(plugins["nvidia_gpu"])
+    lib = "/usr/lib/x86_64-linux-gnu"
+    version = load_nvml_description(root).driver_version
+    try:
+        hook.write_bytes((nvidia_ctk_bin / "nvidia-cdi-hook").read_bytes())
+        hook.chmod(0o755)
+        plugins["nvidia_gpu"] = {
+            **before,
+            "driver_files": "toolkit",
+            "nvidia_ctk": str(nvidia_ctk_bin / "nvidia-ctk"),
+        }
+        drakit["proc"].terminate()
+        drakit["proc"].close()
+        drakit["proc"] = drakit["start"]()
+        claim_template(cp, namespace, "gpu", drakit["classes"]["nvidia-gpu"])
+        log = run_pod(
+            cp,
+            real_node,
+            namespace,
+            "toolkit",
+            f"cat {lib}/libcuda.so.{version}; readlink {lib}/libcuda.so; "
+            "ls /usr/local/nvidia/lib64 2>&1",
+            {"g": {"resourceClaimTemplateName": "gpu"}},
+        )
+        uid = pod_claim(cp, namespace, "toolkit")["metadata"]["uid"]
+        [spec] = [s for s in drakit["dirs"].cdi_specs().values() if uid in json.dumps(s)]
+        hooks = [
+            h["args"][1]
+            for edits in [spec.get("containerEdits") or {}]
+            + [d["containerEdits"] for d in spec["devices"]]
+            for h in edits.get("hooks") or []
+        ]
+    finally:
+        hook.unlink(missing_ok=True)
+        plugins["nvidia_gpu"] = before
+        drakit["proc"].terminate()
+        drakit["proc"].close()
+        drakit["proc"] = drakit["start"]()
+    assert {"create-symlinks", "update-ldcache", "enable-cuda-compat"} <= set(hooks), spec
+    # the toolkit's layout: the library at its own path; the link made by create-symlinks
+    assert f"simulated libcuda.so.{version}" in log, log
+    assert "libcuda.so.1" in log.splitlines(), log
+    assert "No such file or directory" in log, log  # nothing in drakit's own layout

@@ -47,13 +47,14 @@ def published(state: DriverState, device: str) -> dict[str, Any]:
 
 
 def mounts(root: Path, driver: str, uid: str) -> dict[str, list[dict[str, Any]]]:
-    """CDI device name -> its metadata mounts, from the claim's spec (a GPU's carry the driver's
-    files too)."""
+    """CDI device name -> its metadata mounts, from the claim's spec: the spec's own (what all
+    its devices share) and the device's, as the runtime applies them."""
     spec = json.loads((root / "cdi" / f"k8s.{driver}-claim_{uid}.json").read_text())
+    shared = (spec.get("containerEdits") or {}).get("mounts", [])
     return {
         d["name"]: [
             m
-            for m in d["containerEdits"].get("mounts", [])
+            for m in [*shared, *d["containerEdits"].get("mounts", [])]
             if m["containerPath"].startswith(CONTAINER_DIR)
         ]
         for d in spec["devices"]

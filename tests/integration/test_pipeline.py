@@ -62,6 +62,21 @@ def test_prepare_returns_cdi_ids_and_writes_one_spec(
         {"path": p, "hostPath": f"{root}{p}"}
         for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
     ]
+    # the driver's files both GPUs carry are written once, in the spec's own edits
+    shared = [m["containerPath"] for m in spec["containerEdits"]["mounts"]]
+    assert any("libcuda.so" in p for p in shared), shared
+    for dev in spec["devices"]:
+        assert not {m["containerPath"] for m in dev["containerEdits"].get("mounts", [])} & set(
+            shared
+        )
+    # and the checkpoint keeps the plugins' state, not the edits the spec holds
+    record = json.loads((tmp_path / "state" / GPU / "checkpoint.json").read_text())["claims"]
+    prepared = record[ref.uid]["prepared"]
+    devices = [d for devs in prepared.values() for d in devs]
+    assert len(devices) == 2
+    for d in devices:
+        assert d["edits"] == {"env": [], "device_nodes": [], "mounts": [], "hooks": []}
+        assert d["state"]["uuid"]
 
 
 def test_prepare_is_idempotent_and_unprepare_cleans_up(

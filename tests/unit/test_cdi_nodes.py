@@ -210,3 +210,77 @@ def test_the_host_nodes_are_checked_where_this_process_sees_the_device_root(
     assert f"(seen here at {seen}/dev/nvidia1) is missing on the host" in str(e.value)
     with pytest.raises(PermanentError, match="device_root_mount"):
         CdiWriter(tmp_path, "x.drakit.io", check_root="relative")
+
+
+# -- edits every device of a claim carries: once, in the spec's own containerEdits ------------
+
+
+def _mount(path: str) -> CdiMount:
+    return CdiMount(host_path=path, container_path=path, options=("ro", "nosuid", "bind"))
+
+
+def _hook(*args: str) -> CdiHook:
+    return CdiHook(hook_name="createContainer", path="/usr/bin/nvidia-cdi-hook", args=args)
+
+
+def _effective(spec: dict[str, object], device: int) -> dict[str, list[object]]:
+    """What the runtime applies for one device: the spec's edits, then the device's (go-cdi)."""
+    shared: dict[str, list[object]] = spec.get("containerEdits") or {}  # type: ignore[assignment]
+    own = spec["devices"][device]["containerEdits"]  # type: ignore[index]
+    return {k: [*shared.get(k, []), *own.get(k, [])] for k in ("env", "mounts", "hooks")}
+
+
+def test_mounts_and_hooks_every_device_carries_are_written_once(tmp_path: Path) -> None:
+    driver = tuple(_mount(f"/usr/lib/libcuda.so.{i}") for i in range(20))
+    hooks = (_hook("create-symlinks"), _hook("update-ldcache"))
+    devices = [
+        (
+            f"gpu-{i}",
+            CdiEdits(
+                env=("NVIDIA_VISIBLE_DEVICES=a,b,c",),
+                mounts=(_mount(f"/run/own-{i}"), *driver),
+                hooks=hooks,
+            ),
+        )
+        for i in range(3)
+    ]
+    writer = CdiWriter(tmp_path, "x.drakit.io")
+    spec = writer.build("u", devices, env={"CLAIM": "1"})
+    assert spec["containerEdits"] == {
+        "env": ["CLAIM=1"],
+        "mounts": [m.to_cdi() for m in driver],
+        "hooks": [h.to_cdi() for h in hooks],
+    }
+    for i, dev in enumerate(spec["devices"]):
+        assert dev["containerEdits"] == {
+            "env": ["NVIDIA_VISIBLE_DEVICES=a,b,c"],  # env stays with each device
+            "mounts": [_mount(f"/run/own-{i}").to_cdi()],
+        }
+    # what the runtime applies for each device is what the plugin asked for
+    for i in range(3):
+        got = _effective(spec, i)
+        want = devices[i][1].to_cdi()
+        assert sorted(map(json.dumps, got["mounts"])) == sorted(map(json.dumps, want["mounts"]))
+        assert got["hooks"] == want["hooks"]
+    assert len(json.dumps(spec)) < len(json.dumps(writer.build("u", devices[:1]))) * 1.5
+
+
+def test_edits_not_on_every_device_stay_with_their_devices(tmp_path: Path) -> None:
+    gpu = CdiEdits(mounts=(_mount("/lib/a"), _mount("/lib/b")), hooks=(_hook("x"), _hook("y")))
+    nic = CdiEdits(mounts=(_mount("/lib/b"),), hooks=(_hook("x"), _hook("z")))
+    writer = CdiWriter(tmp_path, "x.drakit.io")
+    spec = writer.build("u", [("gpu-0", gpu), ("nic-0", nic)])
+    # /lib/b on both; of the hooks only the common prefix (their order matters)
+    assert spec["containerEdits"] == {
+        "mounts": [_mount("/lib/b").to_cdi()],
+        "hooks": [_hook("x").to_cdi()],
+    }
+    assert spec["devices"][0]["containerEdits"] == {
+        "mounts": [_mount("/lib/a").to_cdi()],
+        "hooks": [_hook("y").to_cdi()],
+    }
+    assert spec["devices"][1]["containerEdits"] == {"hooks": [_hook("z").to_cdi()]}
+    # nothing in common: the spec has no edits of its own; one device: left where it is
+    alone = CdiEdits(mounts=(_mount("/lib/c"),))
+    assert "containerEdits" not in writer.build("u", [("gpu-0", gpu), ("d", alone)])
+    assert "containerEdits" not in writer.build("u", [("gpu-0", gpu)])

@@ -559,3 +559,51 @@ def test_pod_network_namespaces_are_mounted_for_netdev_moves_only_with_nri_and_t
             "readOnly": True,
         }
     ]
+
+
+@pytest.mark.parametrize("root", ["/", "/run/nvidia/driver"])
+def test_the_nvidia_backend_mounts_the_driver_root_read_only_and_is_told_where(
+    helm: Helm, root: str
+) -> None:
+    """backends.nvidia_gpu.driverRoot: mounted, and plugins.nvidia_gpu's roots set to match."""
+    values: dict[str, Any] = {"backends": {"nvidia_gpu": {"enabled": True, "driverRoot": root}}}
+    objects = helm.template(values)
+    pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "nvidia-driver-root"]
+    assert volume["hostPath"] == {"path": root, "type": "DirectoryOrCreate"}
+    [mount] = [m for m in node_container(objects)["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount == {
+        "name": "nvidia-driver-root",
+        "mountPath": "/var/run/drakit/driver-root",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
+    section = drakit_yaml(objects)["plugins"]["nvidia_gpu"]
+    assert section["driver_root"] == root
+    assert section["driver_root_seen"] == mount["mountPath"]
+    # nvidia-ctk finds the host's dev/ where the device-root mount puts it
+    [dev] = [m for m in node_container(objects)["volumeMounts"] if m["name"] == "dev"]
+    assert section["toolkit_dev_root"] + "/dev" == dev["mountPath"]
+    # without the NVIDIA backend nothing of the driver is mounted
+    cpu_only = node_container(helm.template())
+    assert "nvidia-driver-root" not in {m["name"] for m in cpu_only["volumeMounts"]}
+
+
+def test_a_simulated_root_holds_the_nvidia_driver_root(helm: Helm) -> None:
+    objects = helm.template(
+        {"simulatedRoot": "/srv/sim", "backends": {"nvidia_gpu": {"enabled": True}}}
+    )
+    assert "nvidia-driver-root" not in {m["name"] for m in node_container(objects)["volumeMounts"]}
+    section = drakit_yaml(objects)["plugins"]["nvidia_gpu"]
+    assert section["driver_root"] == "/"
+    assert "driver_root_seen" not in section
+
+
+@pytest.mark.parametrize("key", ["driver_root", "driver_root_seen", "toolkit_dev_root"])
+def test_the_nvidia_driver_root_is_set_through_driver_root_only(helm: Helm, key: str) -> None:
+    values = {"backends": {"nvidia_gpu": {"enabled": True, "config": {key: "/opt/x"}}}}
+    set_by_chart = rf"backends\.nvidia_gpu\.config\.{key} is set by the chart"
+    with pytest.raises(HelmError, match=set_by_chart):
+        helm.template(values)
+    with pytest.raises(HelmError, match="driverRoot"):
+        helm.template({"backends": {"nvidia_gpu": {"enabled": True, "driverRoot": "relative"}}})

@@ -13,6 +13,7 @@ from drakit.host.inventory import Inventory, InventorySnapshot, build_inventory
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import DrakitSettings
 from drakit.models import Device, DeviceKey, NodeInfo
+from drakit.node.fleet import load_shape
 
 pytestmark = pytest.mark.usefixtures("clean_drakit_env")
 
@@ -88,3 +89,18 @@ def test_a_failed_round_keeps_the_previous_snapshot() -> None:
         inv.refresh()
     assert inv.current is first
     assert inv.current.owner_of(fpga("fpga-1")) == "example_fpga"
+
+
+def test_composed_devices_are_published_before_their_members() -> None:
+    """The scheduler tries a pool's devices in order and stops at a node's first fit: a pair
+    request must not evaluate the node's GPUs and NICs before its first candidate."""
+
+    shape = load_shape("h200-8gpu-8ainic")
+    [pool] = [p for p in shape.pools if p.driver == "pairs.composite.drakit.io"]
+    names = [d.name for d in pool.devices]
+    assert names[:8] == [f"pair-{i}" for i in range(8)]
+    assert sorted(names[8:]) == sorted(
+        [f"gpu-{i}" for i in range(8)] + [f"ainic-{i}" for i in range(8)]
+    )
+    # each member plugin's own order (its strategy's) is kept behind them
+    assert names[8:16] == [f"gpu-{i}" for i in range(8)]

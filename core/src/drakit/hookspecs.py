@@ -223,7 +223,8 @@ def drakit_unprepare_devices(claim_uid: str, prepared: Sequence[PreparedDevice])
 
     Args:
         claim_uid: the claim's UID (the claim object may no longer exist).
-        prepared: exactly what prepare returned for this plugin, from the checkpoint; empty
+        prepared: what prepare returned for this plugin, from the checkpoint, without the
+            CDI edits (``edits`` is empty: they live in the claim's CDI spec); empty
             when core has no record of it (a crash cut the prepare short before the checkpoint
             was written, or the checkpoint was lost): then every plugin of the driver is asked,
             and a plugin with side effects of its own undoes them by ``claim_uid``.

@@ -9,6 +9,8 @@ backend's code path is the one it takes over nvidia-ml-py.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,3 +113,32 @@ def make_claim() -> Callable[..., ClaimInfo]:
 def plugin_of() -> Callable[[PluginHost], NvidiaGpuPlugin]:
     """The NVIDIA backend object of a host."""
     return _plugin_of
+
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CTK_BUILD = REPO_ROOT / "hack" / "nvidia-ctk" / "build.sh"
+
+
+@pytest.fixture(scope="session")
+def nvidia_ctk_bin() -> Path:
+    """The real ``nvidia-ctk`` and ``nvidia-cdi-hook`` (``hack/nvidia-ctk/build.sh``, cached).
+
+    Skipped only where Go is absent (and no ``DRAKIT_NVIDIA_CTK_BIN_DIR`` is given); under
+    ``DRAKIT_E2E_REQUIRED`` (``make test``, CI) that is a failure.
+    """
+    if shutil.which("go") is None and not os.environ.get("DRAKIT_NVIDIA_CTK_BIN_DIR"):
+        why = "Go is not on PATH: hack/nvidia-ctk/build.sh cannot build nvidia-ctk"
+        if os.environ.get("DRAKIT_E2E_REQUIRED"):
+            pytest.fail(why)
+        pytest.skip(why)
+    proc = subprocess.run(
+        ["bash", str(CTK_BUILD)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"{CTK_BUILD} failed: {proc.stderr.strip()[-2000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])

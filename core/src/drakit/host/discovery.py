@@ -36,6 +36,8 @@ class Discovered:
     """Counter sets per (driver, pool)."""
     failed: dict[str, str] = field(default_factory=dict)
     """Plugins whose discovery failed and was tolerated (``tolerate``) -> the error."""
+    composers: set[str] = field(default_factory=set)
+    """Plugins whose ``drakit_compose_devices`` added devices this round."""
 
     def by_driver(self) -> dict[str, list[Device]]:
         """Devices grouped by driver name, in discovery order (what a backend's tests check)."""
@@ -80,7 +82,10 @@ def discover(
             inv = only(name, "drakit_compose_devices")(
                 node=node, devices=dict(out.devices), owners=dict(out.owners)
             )
+            before = len(out.devices)
             _add_inventory(out, node, name, driver, inv, check_first=name in tolerate)
+            if len(out.devices) > before:
+                out.composers.add(name)
     return out
 
 

@@ -103,6 +103,11 @@ def _snapshot(disc: Discovered, pools: list[PoolSpec]) -> InventorySnapshot:
 def build_inventory(host: PluginHost, tolerate: Collection[str] = ()) -> InventorySnapshot:
     """Discover through ``host``, order each plugin's devices by its strategy, group into pools.
 
+    Within a driver, the devices of plugins that composed devices this round come first: the
+    scheduler tries a pool's devices in order and stops at a node's first fit, so a request
+    for a composed device (a GPU-NIC pair) would otherwise evaluate every member (the GPUs
+    and NICs) before its first candidate (``benchmarks/README.md``, "The real kube-scheduler").
+
     ``tolerate``: backends whose discovery may fail; they are skipped and named in
     :attr:`InventorySnapshot.failed`.
     """
@@ -111,7 +116,8 @@ def build_inventory(host: PluginHost, tolerate: Collection[str] = ()) -> Invento
     for key, dev in disc.devices.items():
         per_plugin.setdefault(disc.owners[key], []).append(dev)
     by_driver: dict[str, list[Device]] = {}
-    for plugin, ctx in host.contexts.items():
+    for plugin in sorted(host.contexts, key=lambda p: p not in disc.composers):  # stable
+        ctx = host.contexts[plugin]
         devs = per_plugin.get(plugin, [])
         ordered = host.publish_order(ctx.strategy, devs)
         by_driver.setdefault(ctx.driver_name, []).extend(ordered)

@@ -31,7 +31,7 @@ from typing import Any, Final
 import orjson
 
 from drakit.errors import PermanentError, RetryableError
-from drakit.models import CdiEdits
+from drakit.models import CdiEdits, CdiHook, CdiMount
 from drakit.prepare.safefs import check_component
 from drakit.simseam import is_simulated
 from drakit.statefiles import (
@@ -87,6 +87,68 @@ def min_cdi_version(spec: dict[str, Any]) -> str:
             need((0, 6, 0))
         edits(dev.get("containerEdits", {}))
     return ".".join(map(str, version))
+
+
+def _hoisted(
+    devices: list[tuple[str, CdiEdits]],
+) -> tuple[tuple[CdiMount, ...], tuple[CdiHook, ...], list[tuple[str, CdiEdits]]]:
+    """The mounts and hooks every device carries, and the devices without them.
+
+    Only with two devices or more (one device's edits stay where its plugin put them). Order
+    is kept: the shared mounts in the first device's order, each device's own in its order
+    (the runtime orders mounts by their container path anyway); hooks, whose order matters,
+    only as the prefix every device's hooks start with (the runtime runs the spec's first).
+    """
+    if len(devices) <= 1:
+        return (), (), devices
+    first = devices[0][1]
+    rest = [e for _, e in devices[1:]]
+    mounts = _common(first.mounts, [e.mounts for e in rest])
+    hooks = _prefix(first.hooks, [e.hooks for e in rest])
+    if not mounts and not hooks:
+        return (), (), devices
+    out = []
+    for name, e in devices:
+        update: dict[str, Any] = {}
+        if mounts:
+            update["mounts"] = tuple(m for m in e.mounts if m not in mounts)
+        if hooks:
+            update["hooks"] = e.hooks[len(hooks) :]
+        out.append((name, e.model_copy(update=update)))
+    return tuple(mounts), hooks, out
+
+
+def _common(
+    first: tuple[CdiMount, ...], others: list[tuple[CdiMount, ...]]
+) -> dict[CdiMount, None]:
+    """The entries of ``first`` that every one of ``others`` has too (an ordered set)."""
+    if not first:
+        return {}
+    common = dict.fromkeys(first)
+    for entries in others:
+        if entries is first or entries == first:
+            continue
+        have = set(entries)
+        common = {k: None for k in common if k in have}
+        if not common:
+            break
+    return common
+
+
+def _prefix(first: tuple[CdiHook, ...], others: list[tuple[CdiHook, ...]]) -> tuple[CdiHook, ...]:
+    """The longest run of hooks every one of ``others`` starts with, as ``first`` does."""
+    n = len(first)
+    for entries in others:
+        if entries is first or entries == first:
+            continue
+        n = min(n, len(entries))
+        for i in range(n):
+            if entries[i] != first[i]:
+                n = i
+                break
+        if not n:
+            break
+    return first[:n]
 
 
 def device_root_of(device_root: Path | str | None, sysfs_root: Path | str) -> Path:
@@ -185,6 +247,11 @@ class CdiWriter:
     ) -> dict[str, Any]:
         """The spec for a claim: one CDI device per ``(device name, edits)``.
 
+        Mounts and hooks that every device of the claim carries (a GPU's driver files, the
+        metadata file of a request's devices) go once into the spec's own ``containerEdits``,
+        which the runtime applies whenever any device of the spec is requested: the same
+        container edits, written once instead of once per device.
+
         Device nodes get their ``hostPath`` under the device root (unless the plugin set one).
 
         Raises:
@@ -194,6 +261,7 @@ class CdiWriter:
         checked = self._checked
         now = 0.0
         cdi_devices = []
+        shared_mounts, shared_hooks, devices = _hoisted(devices)
         for name, edits in devices:
             cdi = edits.to_cdi()
             nodes = cdi.get("deviceNodes")
@@ -216,8 +284,15 @@ class CdiWriter:
                         checked[seen] = now + NODE_CHECK_SECONDS
             cdi_devices.append({"name": self.device_name(claim_uid, name), "containerEdits": cdi})
         spec: dict[str, Any] = {"cdiVersion": "", "kind": self.kind, "devices": cdi_devices}
+        shared: dict[str, Any] = {}
         if env:
-            spec["containerEdits"] = {"env": [f"{k}={v}" for k, v in sorted(env.items())]}
+            shared["env"] = [f"{k}={v}" for k, v in sorted(env.items())]
+        if shared_mounts:
+            shared["mounts"] = [m.to_cdi() for m in shared_mounts]
+        if shared_hooks:
+            shared["hooks"] = [h.to_cdi() for h in shared_hooks]
+        if shared:
+            spec["containerEdits"] = shared
         spec["cdiVersion"] = min_cdi_version(spec)
         return spec
 

@@ -129,6 +129,27 @@ def _failed_claim(op: str, where: str, uid: str, e: Exception) -> str:
     return f"{where}: internal error in a plugin: {show(repr(e))}"
 
 
+_NO_EDITS = CdiEdits()
+
+
+def _kept(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
+    """What the checkpoint keeps of a plugin's prepared devices: all but their CDI edits.
+
+    The edits are in the claim's CDI spec, are needed nowhere else (unprepare gets ``state``),
+    and are most of a record's size (a GPU's driver files are about 20 mounts): serialised
+    into every save of the checkpoint they cost more than the spec itself.
+    """
+    out = []
+    for p in devices:
+        e = p.edits
+        out.append(
+            p.model_copy(update={"edits": _NO_EDITS})
+            if e.env or e.device_nodes or e.mounts or e.hooks
+            else p
+        )
+    return out
+
+
 class DriverState:
     """Implements the kubelet's NodePrepareResources/NodeUnprepareResources for one driver.
 
@@ -480,7 +501,7 @@ class DriverState:
                 self._check_prepared(where, plugin, devs, got)
                 prepared[plugin] = got
                 rec = cp.claims[ref.uid]  # with what members prepared for this plugin
-                rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: got}})
+                rec = rec.model_copy(update={"prepared": {**rec.prepared, plugin: _kept(got)}})
                 cp.claims[ref.uid] = rec
             crash_point("prepare-after-plugin")
             edits = self._device_edits(plan, snap, prepared)
@@ -844,7 +865,7 @@ class _MemberSession:
     def _record(self, plugin: str, devices: list[PreparedDevice]) -> None:
         rec = self.cp.claims[self.uid]
         self.cp.claims[self.uid] = rec.model_copy(
-            update={"prepared": {**rec.prepared, plugin: devices}}
+            update={"prepared": {**rec.prepared, plugin: _kept(devices)}}
         )
         self.state._save(self.cp)
 

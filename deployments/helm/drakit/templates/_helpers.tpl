@@ -101,7 +101,33 @@ plugins:
 {{- range $name := include "drakit.enabled" . | fromJsonArray }}
 {{- $b := index $.Values.backends $name }}
   {{ $name }}:
-    {{- toYaml (merge (dict "driver" (include "drakit.driverOf" (dict "root" $ "name" $name))) ($b.config | default dict)) | nindent 4 }}
+    {{- $fixed := dict "driver" (include "drakit.driverOf" (dict "root" $ "name" $name)) }}
+    {{- if eq $name "nvidia_gpu" }}
+    {{- $fixed = merge $fixed (include "drakit.nvidiaDriverRoot" (dict "root" $ "b" $b) | fromYaml) }}
+    {{- end }}
+    {{- toYaml (merge $fixed ($b.config | default dict)) | nindent 4 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The NVIDIA backend's driver root: the host's backends.nvidia_gpu.driverRoot, mounted read-only at
+/var/run/drakit/driver-root (daemonset.yaml; not with a simulated root, which holds it), and
+where nvidia-ctk finds the host's dev/ (the device-root mount). Its keys in the backend's config
+are the chart's: setting them there fails.
+*/}}
+{{- define "drakit.nvidiaDriverRoot" -}}
+{{- $config := .b.config | default dict }}
+{{- range $key := list "driver_root" "driver_root_seen" "toolkit_dev_root" }}
+{{- if hasKey $config $key }}
+{{- fail (printf "backends.nvidia_gpu.config.%s is set by the chart; set backends.nvidia_gpu.driverRoot (the host directory the driver is installed under) instead" $key) }}
+{{- end }}
+{{- end }}
+driver_root: {{ .b.driverRoot | default "/" | quote }}
+{{- if not .root.Values.simulatedRoot }}{{/* simulated: the driver root is in the simulated root */}}
+driver_root_seen: /var/run/drakit/driver-root
+{{- if .b.deviceNodes }}
+toolkit_dev_root: /var/run/drakit/device-root
+{{- end }}
 {{- end }}
 {{- end -}}
 

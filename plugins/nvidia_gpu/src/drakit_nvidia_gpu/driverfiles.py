@@ -97,6 +97,9 @@ class DriverFiles:
         hooks: the ``nvidia-cdi-hook`` hooks (empty without the hook).
         libcuda: the host path of ``libcuda.so.<version>`` (``None``: not found).
         hook: the host path of ``nvidia-cdi-hook`` (``None``: not used).
+        env: environment the files come with (the toolkit's ``NVIDIA_CTK_LIBCUDA_DIR``).
+        source: who found them: ``own`` (this module) or ``toolkit`` (``nvidia-ctk cdi
+            generate``, :mod:`.toolkit`).
     """
 
     version: str
@@ -104,6 +107,8 @@ class DriverFiles:
     hooks: tuple[CdiHook, ...]
     libcuda: str | None
     hook: str | None
+    env: tuple[str, ...] = ()
+    source: str = "own"
 
 
 def _is_file(path: Path) -> bool:

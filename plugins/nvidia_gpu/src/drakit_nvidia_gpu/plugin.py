@@ -30,6 +30,7 @@ from drakit.models import (
     NodeInfo,
     PreparedDevice,
 )
+from drakit.statefiles import StateDir
 from drakit_nvidia_gpu.config import GPU_CONFIG_API_VERSION, GpuConfig
 from drakit_nvidia_gpu.devices import Published, build_inventory
 from drakit_nvidia_gpu.discovery import NodeGpus, read_gpus
@@ -38,6 +39,14 @@ from drakit_nvidia_gpu.health import XidWatcher, problem_taints
 from drakit_nvidia_gpu.nvml import Nvml, NvmlUnavailable, open_nvml
 from drakit_nvidia_gpu.prepare import prepare_devices, unprepare_devices
 from drakit_nvidia_gpu.settings import NvidiaGpuSettings
+from drakit_nvidia_gpu.toolkit import (
+    CTK_DIRS,
+    ToolkitError,
+    ToolkitRun,
+    find_ctk,
+    find_hook,
+    toolkit_driver_files,
+)
 
 __all__ = ["NvidiaGpuPlugin", "NvidiaGpuSettings"]
 
@@ -58,6 +67,7 @@ class NvidiaGpuPlugin:
         self._last: NodeGpus | None = None
         self._counters_dropped = False
         self._driver_files: DriverFiles | None = None
+        self._toolkit_error: str | None = None
         self._lock = threading.Lock()
 
     # -- discovery -----------------------------------------------------------------------------
@@ -142,7 +152,12 @@ class NvidiaGpuPlugin:
         return seen, str(base / s.driver_root.lstrip("/"))
 
     def _find_driver_files(self, node: NodeInfo, version: str) -> DriverFiles | None:
-        """The driver's files for CDI (``driver_files``); found again when the version changes."""
+        """The driver's files for CDI (``driver_files``); found again when the version changes.
+
+        From ``nvidia-ctk cdi generate`` (:mod:`.toolkit`) with ``toolkit``, and with ``auto``
+        and ``required`` when ``nvidia-ctk`` is found; else (or when the toolkit fails under
+        ``auto``/``required``) from drakit's own discovery (:mod:`.driverfiles`).
+        """
         s = self.settings
         if s.driver_files == "none":
             return None
@@ -150,6 +165,85 @@ class NvidiaGpuPlugin:
         if old is not None and old.version == version:
             return old
         seen, host = self._driver_roots(node)
+        if s.driver_files != "own":
+            files = self._toolkit_files(node, version, seen, host)
+            if files is not None or s.driver_files == "toolkit":
+                return files
+        return self._own_files(version, seen, host)
+
+    def _toolkit_files(
+        self, node: NodeInfo, version: str, seen: Path, host: str
+    ) -> DriverFiles | None:
+        """The toolkit's files; ``None`` (the reason logged, kept for ``toolkit``) without."""
+        s = self.settings
+        where = f"plugins.{self.ctx.name}"
+        said, self._toolkit_error = self._toolkit_error, None
+        if s.cdi_hook == "none":
+            return None  # auto/required without hooks: drakit's own layout (toolkit: refused)
+        ctk = find_ctk(s.nvidia_ctk, seen)
+        hook = find_hook(s.cdi_hook, seen, host)
+        why = None
+        if ctk is None:
+            if s.driver_files != "toolkit":
+                return None  # auto/required: no toolkit here, drakit's own discovery
+            why = (
+                f"{where}.driver_files is toolkit but nvidia-ctk is not found ("
+                + (
+                    f"nvidia_ctk {s.nvidia_ctk} is not an executable"
+                    if s.nvidia_ctk != "auto"
+                    else f"not on PATH, nor under {', '.join(CTK_DIRS)} in {seen}"
+                )
+                + "): install the NVIDIA container toolkit, set nvidia_ctk to its path, or use "
+                "driver_files: own"
+            )
+        elif hook is None:
+            why = (
+                f"{where}: nvidia-ctk {ctk} is found but nvidia-cdi-hook is not (cdi_hook "
+                f"{s.cdi_hook}; looked under {seen}): set cdi_hook to the hook's path on the host"
+            )
+        else:
+            dev_root = Path(node.sysfs_root) / (s.toolkit_dev_root or "").lstrip("/")
+            run = ToolkitRun(
+                ctk=ctk,
+                seen_root=seen,
+                host_root=host,
+                dev_root=dev_root if s.toolkit_dev_root else seen,
+                hook=hook,
+                mode=s.toolkit_mode,
+                timeout=s.toolkit_timeout,
+                setting=where,
+            )
+            try:
+                files = toolkit_driver_files(run, version, self._state())
+            except (ToolkitError, RetryableError) as e:
+                why = f"{where}: driver files from the toolkit: {e}"
+            else:
+                self.ctx.log.info(
+                    "%s: driver %s: %d files and %d hooks for CDI from %s (%s mode)",
+                    where,
+                    version,
+                    len(files.mounts),
+                    len(files.hooks),
+                    ctk,
+                    s.toolkit_mode,
+                )
+                return files
+        if s.driver_files == "toolkit":
+            self._toolkit_error = why
+            if why != said:  # tried again every discovery round: logged when it changes
+                self.ctx.log.error("%s; GPU claims fail until this is fixed", why)
+        else:
+            self.ctx.log.warning(
+                "%s; using drakit's own discovery for driver %s instead", why, version
+            )
+        return None
+
+    def _state(self) -> StateDir | None:
+        return self.ctx.state if self.ctx.state.path is not None else None
+
+    def _own_files(self, version: str, seen: Path, host: str) -> DriverFiles:
+        """The driver's files as drakit's own discovery finds them under the driver root."""
+        s = self.settings
         hook = None if s.cdi_hook in ("auto", "none") else s.cdi_hook
         files = find_driver_files(seen, host, version, hook=hook, find_hook=s.cdi_hook == "auto")
         if files.libcuda is None:
@@ -167,7 +261,7 @@ class NvidiaGpuPlugin:
             )
         else:
             self.ctx.log.info(
-                "plugins.%s: driver %s: %d files for CDI under %s (%s)",
+                "plugins.%s: driver %s: %d files for CDI under %s, found by drakit (%s)",
                 self.ctx.name,
                 version,
                 len(files.mounts),
@@ -194,6 +288,11 @@ class NvidiaGpuPlugin:
         with self._lock:
             published = dict(self._published)
             files = self._driver_files
+            toolkit_error = self._toolkit_error
+        if files is None and toolkit_error is not None:
+            raise RetryableError(
+                f"claim {claim.namespace}/{claim.name}: {toolkit_error}; will retry"
+            )
         root = Path(self.ctx.node.sysfs_root)
         return prepare_devices(
             self.nvml, published, root, self.settings, self.ctx.name, claim, held, files

@@ -139,7 +139,9 @@ def prepare_devices(
 
     ``published`` is the last discovery round's device name -> GPU (or MIG placement); ``name``
     is the plugin's name in the settings (``plugins.<name>``); ``driver`` the driver's files
-    every device's edits carry (:mod:`.driverfiles`; ``None``: ``driver_files: none``).
+    every device's edits carry (:mod:`.driverfiles` or :mod:`.toolkit`; ``None``:
+    ``driver_files: none``); where they came from is kept in each device's state
+    (``driver_files: "toolkit 580.126.20"``).
 
     Raises:
         RetryableError: ``driver_files: required`` and the driver's libraries were not found.
@@ -155,6 +157,7 @@ def prepare_devices(
         )
     driver_mounts = driver.mounts if driver is not None else ()
     driver_hooks = driver.hooks if driver is not None else ()
+    driver_env = driver.env if driver is not None else ()
     held_mig = [
         (p.state["mig"]["gpu_uuid"], p.state["mig"]["start"], p.state["mig"]["size"])
         for p in held
@@ -176,9 +179,11 @@ def prepare_devices(
     for dev, target, uuid, mig in made:
         where = f"claim {claim.namespace}/{claim.name} request {dev.request!r} ({dev.device})"
         sharing = claim_sharing(dev)
-        env = [visible_env(uuids)]
+        env = [visible_env(uuids), *driver_env]
         mounts: list[CdiMount] = []
         state: dict[str, Any] = {"uuid": uuid}
+        if driver is not None and driver.libcuda is not None:
+            state["driver_files"] = f"{driver.source} {driver.version}"
         if sharing is not None:
             apply_sharing(
                 nvml,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from drakit.config import PluginSettings
 
@@ -53,10 +53,13 @@ class NvidiaGpuSettings(PluginSettings):
         pattern=r"^/",
         description="The node's MPS control daemon pipe directory (mounted into MPS clients)",
     )
-    driver_files: Literal["auto", "required", "none"] = Field(
+    driver_files: Literal["auto", "toolkit", "own", "required", "none"] = Field(
         default="auto",
-        description="Carry the driver's libraries, binaries and sockets in the claim's CDI "
-        "spec (found under driver_root): auto (when libcuda is found), required (a claim "
+        description="Where the driver's libraries, binaries, sockets and hooks in the claim's "
+        "CDI spec come from: auto (nvidia-ctk's output when nvidia-ctk is found, else "
+        "drakit's own discovery under driver_root; device nodes only when neither finds "
+        "libcuda), toolkit (nvidia-ctk's output only: a claim fails, retryably, while it "
+        "cannot be had), own (drakit's own discovery only), required (as auto, but a claim "
         "fails without them), none (the NVIDIA runtime in legacy mode injects them)",
     )
     driver_root: str = Field(
@@ -78,7 +81,44 @@ class NvidiaGpuSettings(PluginSettings):
         "(looked up under driver_root), none (libraries mounted in /usr/local/nvidia/lib64 "
         "instead), or its absolute path",
     )
+    nvidia_ctk: str = Field(
+        default="auto",
+        pattern=r"^(auto|/.+)$",
+        description="The NVIDIA container toolkit's nvidia-ctk as this process sees it, run as "
+        "`nvidia-ctk cdi generate` for driver_files auto and toolkit: auto (on PATH, else "
+        "usr/bin, usr/local/bin or usr/local/nvidia/toolkit under where drakit sees "
+        "driver_root) or its absolute path",
+    )
+    toolkit_mode: Literal["management", "nvml"] = Field(
+        default="management",
+        description="nvidia-ctk cdi generate --mode: management (the driver's files found by "
+        "their names, no NVML; needs the NVIDIA device nodes under toolkit_dev_root) or nvml "
+        "(NVML through the driver's libnvidia-ml; adds graphics libraries); drakit takes only "
+        "the spec's common containerEdits",
+    )
+    toolkit_dev_root: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="nvidia-ctk cdi generate --dev-root: where this process sees the directory "
+        "holding the host's dev/ (default: where it sees driver_root)",
+    )
+    toolkit_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        le=600,
+        description="Seconds nvidia-ctk cdi generate may run before drakit gives up on it",
+    )
     nvidia_smi: str = Field(
         default="nvidia-smi",
         description="nvidia-smi, for time-slice intervals other than Default",
     )
+
+    @model_validator(mode="after")
+    def _toolkit_needs_the_hook(self) -> NvidiaGpuSettings:
+        if self.driver_files == "toolkit" and self.cdi_hook == "none":
+            raise ValueError(
+                "driver_files: toolkit needs nvidia-cdi-hook (the toolkit's spec runs it for "
+                "the library links and the loader cache), but cdi_hook is none: set cdi_hook "
+                "to auto or the hook's path, or use driver_files: own"
+            )
+        return self
