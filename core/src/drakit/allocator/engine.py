@@ -51,7 +51,7 @@ __all__ = [
     "taint_blocking",
 ]
 
-_ZERO = Fraction(0)
+_ZERO = 0
 
 MAX_RESULTS = 32
 """``AllocationResultsMaxSize``."""
@@ -331,7 +331,7 @@ class Allocator:
         self.constraints: list[list[Constraint]] = []
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, list[dict[str, Fraction]]] = {}
-        self.consumed_counters: dict[str, dict[str, dict[str, Fraction]]] = {}
+        self.consumed_counters: dict[str, dict[str, dict[str, Fraction | int]]] = {}
         self.available_counters: dict[str, dict[str, dict[str, Fraction]]] = {}
         self.overdrawn: set[str] = set()
         self.results: list[list[_Result]] = [[] for _ in claims]
