@@ -155,6 +155,9 @@ def test_json_files_are_read_as_json_past_a_million_values(tmp_path: Path) -> No
 
 
 def test_bad_json_files_fail_naming_the_file(tmp_path: Path) -> None:
+    yaml_inside = tmp_path / "yaml.json"
+    yaml_inside.write_text("kind: List\nitems:\n- {a: 1}\n")
+    assert read_objects([yaml_inside]) == [{"a": 1}]
     broken = tmp_path / "broken.json"
     broken.write_text('{"kind": "List", "items": [')
     deep = tmp_path / "deep.json"

@@ -85,20 +85,24 @@ def _yaml_docs(f: Path) -> list[Any]:
 
 
 def _json_docs(f: Path) -> list[Any]:
-    """A ``.json`` file's one document, read as JSON.
+    """A ``.json`` file's one document, read as JSON (as YAML if it is not JSON).
 
     JSON has no aliases to expand, and the standard library's parser guards its own recursion:
     a cluster's slices (``kubectl get resourceslices -o json``: 26,000 devices at 1,000 nodes,
     20 MiB) read in a fraction of a second, where YAML's event check took a minute and stopped
-    at a million values.
+    at a million values. A ``.json`` file that is not JSON is read as YAML, as before.
     """
     try:
         if f.stat().st_size > MAX_SOURCE_BYTES:
             problem = f"the file is over {MAX_SOURCE_BYTES // 1024 // 1024} MiB"
             raise ConfigInvalid([("", problem)], source=str(f))
-        return [json.loads(f.read_bytes())]
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        data = f.read_bytes()
+    except OSError as e:
         raise ConfigInvalid([("", f"cannot read: {e}")], source=str(f)) from None
+    try:
+        return [json.loads(data)]
+    except ValueError:  # not JSON (nor UTF-8): YAML says why, or reads it
+        return _yaml_docs(f)
     except RecursionError:
         raise ConfigInvalid([("", "nested too deep to read")], source=str(f)) from None
 
