@@ -136,7 +136,7 @@ def run_explain(repeats: int = 7) -> dict[str, Any]:
     calib: list[float] = []
     fits = 0
     for _ in range(repeats):
-        DeviceEnv._cache.clear()  # every run starts cold, like a fresh CLI call
+        DeviceEnv.clear()  # every run starts cold, like a fresh CLI call
         c0 = time.perf_counter()
         calibration_workload()
         calib.append(time.perf_counter() - c0)

@@ -330,6 +330,24 @@ def test_shared_counters_limit_partitions() -> None:
     assert run(slices, claim(req()), allocated=(old,)) == [["r=half-b"]]
 
 
+def test_counters_overdrawn_by_allocated_claims_block_the_whole_pool() -> None:
+    """As before counters were checked per set drawn from: any overdrawn set fails every draw."""
+    sets = [*COUNTERS, {"name": "gpu-1-mem", "counters": {"memory": {"value": "8"}}}]
+    other = dev(
+        "gpu-1",
+        consumesCounters=[{"counterSet": "gpu-1-mem", "counters": {"memory": {"value": "8"}}}],
+    )
+    slices = [
+        slice_(counters=sets, name="s0", count=2),
+        slice_([part("whole", "8"), part("half-a", "4"), other], name="s1", count=2),
+    ]
+    ok = run(slices, claim(req(count=1)), allocated=(allocated_claim(held("whole")),))
+    assert ok == [["r=gpu-1"]]
+    # "whole" and "half-a" were allocated together (the driver republished): gpu-0-mem is 4 over
+    over = allocated_claim(held("whole"), held("half-a"))
+    assert run(slices, claim(req(count=1)), allocated=(over,)) is None
+
+
 def test_pools_sorted_by_driver_then_name_and_slices_by_name() -> None:
     slices = [
         slice_([dev("z")], name="b-slice", pool="pool-b"),

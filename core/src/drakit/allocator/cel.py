@@ -23,9 +23,8 @@ on the node instead of filtering the device out. Known gap: the interpreter has 
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from fractions import Fraction
 from functools import lru_cache
 from types import ModuleType
@@ -39,7 +38,14 @@ from drakit.models import SEMVER
 if TYPE_CHECKING:
     import cel
 
-__all__ = ["CelError", "DeviceEnv", "Selector", "compile_selector", "device_input"]
+__all__ = [
+    "CelError",
+    "DeviceEnv",
+    "Selector",
+    "compile_selector",
+    "content_key",
+    "device_input",
+]
 
 
 def _cel() -> ModuleType:
@@ -180,10 +186,11 @@ def device_input(driver: str, device: Device) -> dict[str, Any]:
     attributes: dict[str, dict[str, Any]] = {}
     for name, attr in device.attributes.items():
         domain, ident = _split(name, driver)
-        value: Any = attr.value
-        if attr.kind == "version":
+        # the one set field, read as ``attr.kind``/``attr.value`` do, in one pass
+        field, value = next((f, v) for f, v in attr.__dict__.items() if v is not None)
+        if field == "version":
             value = _V + str(value)
-        elif attr.kind == "versions":
+        elif field == "versions":
             value = [_V + str(x) for x in value]
         elif isinstance(value, tuple):
             value = list(value)
@@ -200,6 +207,23 @@ def device_input(driver: str, device: Device) -> dict[str, Any]:
     }
 
 
+def content_key(driver: str, device: Device) -> Hashable:
+    """What :func:`device_input` is made of, as it is stored: equal keys, equal inputs.
+
+    The attributes' set fields in declaration order (an ``int`` and a ``bool`` of equal value
+    sit in different places) and the capacities' quantity strings; the name and the rest of the
+    device are not visible to CEL. Devices whose attributes or capacities are listed in another
+    order, or whose quantities are spelled differently, get keys of their own (and inputs equal
+    to each other's): the key decides sharing only, never a value.
+    """
+    return (
+        driver,
+        bool(device.allow_multiple_allocations),
+        tuple((name, *attr.__dict__.values()) for name, attr in device.attributes.items()),
+        tuple((name, cap.value) for name, cap in device.capacity.items()),
+    )
+
+
 class DeviceEnv:
     """The evaluation context of one device, built once and shared by every selector.
 
@@ -209,7 +233,9 @@ class DeviceEnv:
     name is not visible) share one, also across nodes.
     """
 
-    _cache: ClassVar[dict[str, DeviceEnv]] = {}
+    _cache: ClassVar[dict[Hashable, DeviceEnv]] = {}
+    # id -> (the device, kept alive so that its id is not reused; driver; environment)
+    _by_object: ClassVar[dict[int, tuple[Device, str, DeviceEnv]]] = {}
     _MAX = 8192
 
     def __init__(self, value: dict[str, Any]) -> None:
@@ -219,15 +245,34 @@ class DeviceEnv:
 
     @classmethod
     def of(cls, driver: str, device: Device) -> DeviceEnv:
-        """The (cached) environment for ``device`` of ``driver``."""
-        value = device_input(driver, device)
-        key = json.dumps(value, sort_keys=True)
+        """The (cached) environment for ``device`` of ``driver``.
+
+        Looked up by :func:`content_key`, so the ``device`` variable is only converted for a
+        content not seen before: a fleet's nodes publish the same devices under their own pool
+        names, and converting each (about 40 us) was most of explaining a claim over them. A
+        device object seen before (one shared by many slices, as
+        :func:`drakit.explain.sources.parse_slices` makes them) is not even keyed again: devices
+        are frozen models, never changed in place.
+        """
+        seen = cls._by_object.get(id(device))
+        if seen is not None and seen[0] is device and seen[1] == driver:
+            return seen[2]
+        key = content_key(driver, device)
         env = cls._cache.get(key)
         if env is None:
             if len(cls._cache) >= cls._MAX:
-                cls._cache.clear()
-            env = cls._cache[key] = cls(value)
+                cls.clear()
+            env = cls._cache[key] = cls(device_input(driver, device))
+        if len(cls._by_object) >= cls._MAX:
+            cls._by_object.clear()
+        cls._by_object[id(device)] = (device, driver, env)
         return env
+
+    @classmethod
+    def clear(cls) -> None:
+        """Forget every environment (and the results cached in them)."""
+        cls._cache.clear()
+        cls._by_object.clear()
 
     def context(self, domains: tuple[str, ...], functions: bool) -> cel.Context:
         """A context whose maps also hold an empty entry for each of ``domains``.

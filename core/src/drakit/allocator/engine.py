@@ -51,6 +51,8 @@ __all__ = [
     "taint_blocking",
 ]
 
+_ZERO = 0
+
 MAX_RESULTS = 32
 """``AllocationResultsMaxSize``."""
 
@@ -329,8 +331,9 @@ class Allocator:
         self.constraints: list[list[Constraint]] = []
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, list[dict[str, Fraction]]] = {}
-        self.consumed_counters: dict[str, dict[str, dict[str, Fraction]]] = {}
+        self.consumed_counters: dict[str, dict[str, dict[str, Fraction | int]]] = {}
         self.available_counters: dict[str, dict[str, dict[str, Fraction]]] = {}
+        self.overdrawn: set[str] = set()
         self.results: list[list[_Result]] = [[] for _ in claims]
         for ci, claim in enumerate(self.claims):
             total = 0
@@ -489,24 +492,38 @@ class Allocator:
                         if name in cs:
                             cs[name] -= parse_quantity(c.value)
             self.available_counters[pool.id] = have
+            if any(v < 0 for cs in have.values() for v in cs.values()):
+                self.overdrawn.add(pool.id)
         return have
 
     def _take_counters(self, cand: Candidate, sign: int) -> None:
         used = self.consumed_counters.setdefault(cand.pool.id, {})
-        for use in cand.device.consumes_counters:
-            cs = used.setdefault(use.counter_set, {})
-            for name, c in use.counters.items():
-                cs[name] = cs.get(name, Fraction(0)) + sign * parse_quantity(c.value)
+        for set_name, name, value in cand.draws:
+            cs = used.setdefault(set_name, {})
+            cs[name] = cs.get(name, _ZERO) + value if sign > 0 else cs.get(name, _ZERO) - value
 
     def _counters_fit(self, cand: Candidate) -> bool:
+        """Whether every counter of the pool covers what this search draws, with ``cand``.
+
+        Only the counters ``cand`` draws from are compared, unless allocated claims overdraw
+        one of the pool's (then all are, as each addition then fails): draws are added and
+        taken back last in, first out, so every earlier state of the search passed this check
+        over all counters, and the others did not change.
+        """
+        pool_id = cand.pool.id
         available = self.pool_counters(cand.pool)
         self._take_counters(cand, +1)
-        used = self.consumed_counters[cand.pool.id]
-        for set_name, counters in available.items():
-            for name, value in counters.items():
-                if value < used.get(set_name, {}).get(name, Fraction(0)):
-                    self._take_counters(cand, -1)
-                    return False
+        used = self.consumed_counters[pool_id]
+        checks: Iterable[tuple[str, str]] = (
+            [(s, n) for s, counters in available.items() for n in counters]
+            if pool_id in self.overdrawn
+            else [(s, n) for s, n, _ in cand.draws]
+        )
+        for set_name, name in checks:
+            value = available.get(set_name, {}).get(name)
+            if value is not None and value < used.get(set_name, {}).get(name, _ZERO):
+                self._take_counters(cand, -1)
+                return False
         return True
 
     # -- the search -----------------------------------------------------------------------------

@@ -24,6 +24,10 @@ DeviceID = tuple[str, str, str]
 """``(driver, pool, device)``."""
 
 
+def _whole(value: Fraction) -> Fraction | int:
+    return value.numerator if value.denominator == 1 else value
+
+
 @dataclass(eq=False)
 class Candidate:
     """A device the node can use, where it sits in the search order."""
@@ -33,6 +37,21 @@ class Candidate:
     slice: ResourceSlice
     pool: Pool
     _env: DeviceEnv | None = None
+    _draws: tuple[tuple[str, str, Fraction | int], ...] | None = None
+
+    @property
+    def draws(self) -> tuple[tuple[str, str, Fraction | int], ...]:
+        """``(counter set, counter, amount)`` for each counter the device consumes.
+
+        Whole amounts are ``int`` (exact as well, and adding them is many times cheaper).
+        """
+        if self._draws is None:
+            self._draws = tuple(
+                (use.counter_set, name, _whole(parse_quantity(c.value)))
+                for use in self.device.consumes_counters
+                for name, c in use.counters.items()
+            )
+        return self._draws
 
     @property
     def env(self) -> DeviceEnv:

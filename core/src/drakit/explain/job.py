@@ -32,7 +32,7 @@ from drakit.allocator import (
     ResourceSlice,
 )
 from drakit.allocator.api import ClaimStatus
-from drakit.explain.report import EXPLAIN_STEPS, NodeExplanation, explain_node
+from drakit.explain.report import EXPLAIN_STEPS, NodeExplanation, explain_node, slices_by_node
 
 __all__ = ["DomainExplanation", "JobExplanation", "PodPlacement", "explain_job", "render_job"]
 
@@ -89,15 +89,27 @@ def _place(
     held = list(allocated)
     placed: list[PodPlacement] = []
     blocked: list[NodeExplanation] = []
+    mine_of = slices_by_node(slices)
+    node_slices = {node.name: mine_of(node.name) for node in nodes}
+    # Nodes where a pod did not fit: the next pods' claims are the same and only more is in use,
+    # so they do not fit there either (a search cut off or aborted is tried again).
+    full: set[str] = set()
     for i in range(pods):
         mine = _pod_claim(claim, i)
         state = AllocatedState.of(held)
         for node in nodes:
-            alloc = Allocator(node, slices, classes, state=state, budget=EXPLAIN_STEPS)
+            if node.name in full:
+                continue
+            alloc = Allocator(
+                node, node_slices[node.name], classes, state=state, budget=EXPLAIN_STEPS
+            )
             try:
                 out = alloc.allocate([mine])
             except AllocationError:
                 out = None  # explained below, with the rest of the nodes' reasons
+            else:
+                if out is None:
+                    full.add(node.name)
             if out is not None:
                 placed.append(
                     PodPlacement(
@@ -111,7 +123,10 @@ def _place(
         else:
             blocked = [
                 explain_node(
-                    Allocator(node, slices, classes, state=state, budget=EXPLAIN_STEPS), mine
+                    Allocator(
+                        node, node_slices[node.name], classes, state=state, budget=EXPLAIN_STEPS
+                    ),
+                    mine,
                 )
                 for node in nodes
             ]

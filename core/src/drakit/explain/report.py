@@ -52,6 +52,7 @@ __all__ = [
     "explain_node",
     "explain_text",
     "render",
+    "slices_by_node",
 ]
 
 Kind = Literal[
@@ -434,7 +435,7 @@ def explain_node(alloc: Allocator, claim: ResourceClaim) -> NodeExplanation:
     return NodeExplanation(node=node, fits=False, reasons=reasons)
 
 
-def _slices_by_node(slices: Sequence[ResourceSlice]) -> Callable[[str], list[ResourceSlice]]:
+def slices_by_node(slices: Sequence[ResourceSlice]) -> Callable[[str], list[ResourceSlice]]:
     """Node name -> the slices that can concern it, in their order: its own and the unnamed.
 
     A slice with ``spec.nodeName`` concerns that node alone; handing each node's allocator only
@@ -468,7 +469,7 @@ def explain(
     ]
     existing = claim.status.allocation
     state = AllocatedState.of(others)
-    mine = _slices_by_node(slices)
+    mine = slices_by_node(slices)
     return Explanation(
         claim=claim.ref,
         allocated=[r.to_api() for r in existing.devices.results] if existing else None,
