@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -147,10 +148,15 @@ def test_extended_resource_pod_gets_pairs_of_its_numa_node_and_is_prepared(
             with pipeline_for(host, PAIRS, claim, Path(tmp)) as (state, ref):
                 assert not state.prepare([ref])[ref.uid].error
                 prepared = state.prepared_claims()[ref.uid].prepared["composite"]
+                [spec_file] = (Path(tmp) / "cdi").iterdir()
+                spec = json.loads(spec_file.read_text())
     assert sorted(p.device for p in prepared) == sorted(r["device"] for r in results)
+    # each pair's members, in its CDI device's environment (the spec holds the edits)
+    env = {d["name"]: d["containerEdits"].get("env", []) for d in spec["devices"]}
     for p in prepared:
         tag = p.device.upper().replace("-", "_")
-        assert any(e.startswith(f"DRAKIT_{tag}_GPU=") for e in p.edits.env)
+        [own] = [e for name, e in env.items() if name == f"{ref.uid}-{p.device}"]
+        assert any(e.startswith(f"DRAKIT_{tag}_GPU=") for e in own)
 
 
 @pytest.mark.parametrize("required", [False, True])
