@@ -85,7 +85,9 @@ class Enforcer(Handlers):
         self.host = host
         self.network_data = network_data
         self.lock_path = lock_path
-        self._standby = False
+        # With a lock, the instance is in standby until it holds it: a state read before the
+        # runner thread's first try must not say the runtime is absent (which reads as "mine").
+        self._standby = lock_path is not None
         self.index = index
         self.memory_nodes = memory_nodes
         self.plugin: Plugin | None = None
@@ -116,16 +118,18 @@ class Enforcer(Handlers):
             fd = open_private(self.lock_path)
         except DrakitError as e:
             log.error("NRI: cannot open the lock %s, NRI stays off: %s", self.lock_path, e)
+            self._standby = False  # not waiting for anyone: fail_closed keeps the node unready
             return
         try:
+            logged = False
             while not self._stop.is_set():
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if not self._standby:
+                    if not logged:
                         log.info("NRI: another drakit instance holds %s; waiting", self.lock_path)
-                    self._standby = True
+                        logged = True
                     self._stop.wait(0.5)
             self._standby = False
             if not self._stop.is_set():

@@ -392,9 +392,9 @@ class KubeletPluginServer:
     def stop(self, grace: float = 5.0) -> None:
         """Stop both servers and remove this instance's sockets; idempotent.
 
-        The registration socket goes first (the kubelet then stops using this instance), health
-        streams are ended, new calls are refused, and calls in flight get ``grace`` seconds to
-        finish before they are cancelled.
+        New calls are refused first, then the registration socket goes (the kubelet then stops
+        using this instance), health streams are ended, and calls in flight get ``grace``
+        seconds to finish before they are cancelled.
 
         Args:
             grace: Seconds in-flight calls may still take before they are cancelled.
@@ -476,15 +476,19 @@ class KubeletPluginServer:
         )
 
     def _shutdown(self, grace: float) -> None:
-        """Unpublish the registration socket, end health streams, stop servers, remove sockets."""
+        """Refuse new calls, unpublish registration, end health streams, drain, remove sockets.
+
+        Every server refuses new calls before the registration socket goes, so that once the
+        kubelet can no longer find this instance, no new call reaches it either.
+        """
         listeners = list(reversed(self._listeners))  # registration first, then DRA
         self._listeners.clear()
+        done = [lst.server.stop(grace) for lst in listeners]  # returns at once; refuses new calls
         for lst in listeners:
             if lst.path == self._paths.registration:
                 self._remove_own(lst)
         if self._streamer is not None:
             self._streamer.close()
-        done = [lst.server.stop(grace) for lst in listeners]
         for event in done:
             event.wait()
         for lst in listeners:
