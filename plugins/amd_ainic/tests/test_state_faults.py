@@ -15,51 +15,27 @@ for every one of them in turn, that call fails with EIO (a disk error) and:
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from drakit import statefiles
 from drakit.models import ClaimRef
+from drakit.testing import StateFaults, state_faults
 
 from .conftest import AinicNode, ainic_node
 
 SHARE = {"queues": "4", "bandwidth": "25", "vfs": "1"}
-SEAM = ("open", "read", "write", "fsync", "replace", "unlink", "mkdir", "fstat")
-
-
-class FaultyOs:
-    """``os`` as :mod:`drakit.statefiles` sees it: counts the seam's calls, fails one with EIO."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.fail_at: int | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(os, name)
-        if name not in SEAM:
-            return real
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            if self.fail_at is not None and len(self.calls) - 1 == self.fail_at:
-                raise OSError(errno.EIO, os.strerror(errno.EIO))
-            return real(*args, **kwargs)
-
-        return call
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[tuple[AinicNode, FaultyOs]]:
-    faulty = FaultyOs()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(statefiles, "os", faulty)
-        with ainic_node("h200-8gpu-8ainic", default_mode="shared", vf_limit=2) as n:
-            yield n, faulty
+def node() -> Iterator[tuple[AinicNode, StateFaults]]:
+    with (
+        state_faults() as faulty,
+        ainic_node("h200-8gpu-8ainic", default_mode="shared", vf_limit=2) as n,
+    ):
+        yield n, faulty
 
 
 def ledger_assignments(n: AinicNode) -> list[Any]:
@@ -79,7 +55,7 @@ def clean(n: AinicNode, pf: str, *refs: ClaimRef) -> None:
     assert not set(n.state.prepared_claims()) & {r.uid for r in refs}
 
 
-def _seam_calls(n: AinicNode, faulty: FaultyOs, op: str) -> int:
+def _seam_calls(n: AinicNode, faulty: StateFaults, op: str) -> int:
     """How many seam calls ``op`` (prepare or unprepare of one share) makes without faults."""
     a = n.add("count-a", [("nic", "ainic-0", SHARE)])
     faulty.calls.clear()
@@ -93,7 +69,7 @@ def _seam_calls(n: AinicNode, faulty: FaultyOs, op: str) -> int:
 
 @pytest.mark.parametrize("op", ["prepare", "unprepare"])
 def test_every_state_file_operation_failing_is_survived(
-    node: tuple[AinicNode, FaultyOs], op: str
+    node: tuple[AinicNode, StateFaults], op: str
 ) -> None:
     n, faulty = node
     pf = n.plugin._view.published["ainic-0"].nic.pf.bdf
@@ -106,12 +82,9 @@ def test_every_state_file_operation_failing_is_survived(
         if op == "unprepare":
             assert not n.prepare(a)[a.uid].error
         faulty.calls.clear()
-        faulty.fail_at = k
-        try:
+        with faulty.failing(k):
             call = n.prepare if op == "prepare" else n.unprepare
             error = call(a)[a.uid].error
-        finally:
-            faulty.fail_at = None
         if error:
             failed += 1
             assert "I/O error" in error, (k, faulty.calls[k], error)

@@ -11,8 +11,6 @@ record or CDI spec.
 
 from __future__ import annotations
 
-import errno
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,46 +18,20 @@ from typing import Any
 
 import pytest
 
-from drakit import statefiles
 from drakit.host.settings import DrakitSettings
 from drakit.host.startup import open_host
 from drakit.prepare.pipeline import DriverState
-from drakit.testing import ClaimStore
+from drakit.testing import ClaimStore, StateFaults, state_faults
 
 from .test_locked import DRIVER, PROFILE, claim, cpusets, plugins
 
-SEAM = ("open", "read", "write", "fsync", "replace", "unlink", "mkdir", "fstat")
-
-
-class FaultyOs:
-    """``os`` as :mod:`drakit.statefiles` sees it: counts the seam's calls, fails one with EIO."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.fail_at: int | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(os, name)
-        if name not in SEAM:
-            return real
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            if self.fail_at is not None and len(self.calls) - 1 == self.fail_at:
-                raise OSError(errno.EIO, os.strerror(errno.EIO))
-            return real(*args, **kwargs)
-
-        return call
-
 
 @pytest.fixture
-def pipeline(tmp_path: Path) -> Iterator[tuple[DriverState, ClaimStore, Path, FaultyOs]]:
-    faulty = FaultyOs()
+def pipeline(tmp_path: Path) -> Iterator[tuple[DriverState, ClaimStore, Path, StateFaults]]:
     with (
-        pytest.MonkeyPatch.context() as mp,
+        state_faults() as faulty,
         open_host(DrakitSettings(profile=PROFILE, plugins=plugins())) as h,
     ):
-        mp.setattr(statefiles, "os", faulty)
         claims = ClaimStore(copy=False)
         state = DriverState(
             DRIVER, h, claims, state_dir=tmp_path / "state", cdi_dir=tmp_path / "cdi", boot_id="t"
@@ -72,7 +44,7 @@ def pipeline(tmp_path: Path) -> Iterator[tuple[DriverState, ClaimStore, Path, Fa
 
 @pytest.mark.parametrize("op", ["prepare", "unprepare"])
 def test_every_state_file_operation_of_a_share_failing_is_survived(
-    pipeline: tuple[DriverState, ClaimStore, Path, FaultyOs], op: str
+    pipeline: tuple[DriverState, ClaimStore, Path, StateFaults], op: str
 ) -> None:
     state, claims, tmp, faulty = pipeline
     node = state.host.node.name
@@ -96,12 +68,9 @@ def test_every_state_file_operation_of_a_share_failing_is_survived(
         if op == "unprepare":
             assert state.prepare([share])[share.uid].error == ""
         faulty.calls.clear()
-        faulty.fail_at = k
-        try:
+        with faulty.failing(k):
             call = state.prepare if op == "prepare" else state.unprepare
             error = call([share])[share.uid].error
-        finally:
-            faulty.fail_at = None
         if error:
             failed += 1
             assert "I/O error" in error, (k, faulty.calls[k], error)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from drakit.testing.allocation import Allocation, allocate
     from drakit.testing.contract import BackendContract
     from drakit.testing.dropped import DroppedFields, fields_dropped
+    from drakit.testing.faults import StateFaults, state_faults
     from drakit.testing.nodes import (
         CLAIM_NAMESPACE,
         ClaimStore,
@@ -46,12 +47,14 @@ __all__ = [
     "RunningNode",
     "SimHost",
     "SimNode",
+    "StateFaults",
     "allocate",
     "allocated_claim",
     "build_sim_node",
     "fields_dropped",
     "open_host",
     "run_node",
+    "state_faults",
 ]
 
 _HOME = {name: "drakit.testing.nodes" for name in __all__} | {
@@ -62,6 +65,8 @@ _HOME = {name: "drakit.testing.nodes" for name in __all__} | {
     "PublishedDevice": "drakit.testing.published",
     "DroppedFields": "drakit.testing.dropped",
     "fields_dropped": "drakit.testing.dropped",
+    "StateFaults": "drakit.testing.faults",
+    "state_faults": "drakit.testing.faults",
 }
 
 
