@@ -59,7 +59,7 @@ from drakit.errors import NotFoundError
 from drakit.host.pluginhost import PluginHost
 from drakit.host.settings import load_settings
 from drakit.kube import KubeClient
-from drakit.models import DeviceAttribute, NodeInfo
+from drakit.models import CounterConsumption, CounterSet, DeviceAttribute, NodeInfo
 from drakit.node.fleet import FLEET_LABEL, Fleet, Shape, example_gpu_shape, load_shape
 from drakit.strategy_models import SimpleRequest
 from drakit_composite.admission import AdmissionSettings, plan_pod
@@ -105,6 +105,26 @@ def webhook_pairs(pairs: int, policy: str) -> dict[str, Any]:
     return devices
 
 
+def example_ladder(count: int) -> dict[str, Any]:
+    """The webhook's ``preferred`` ladder over the example's GPUs: one NUMA node, one socket,
+    any (``firstAvailable``, ``matchAttribute`` on the first two), on the plainest devices."""
+    tiers = ("aligned", "fallback-1", "any")
+    return {
+        "requests": [
+            {
+                "name": "gpus",
+                "firstAvailable": [
+                    {"name": t, "deviceClassName": "example-gpu", "count": count} for t in tiers
+                ],
+            }
+        ],
+        "constraints": [
+            {"requests": ["gpus/aligned"], "matchAttribute": "resource.kubernetes.io/numaNode"},
+            {"requests": ["gpus/fallback-1"], "matchAttribute": "gpu.example.com/socket"},
+        ],
+    }
+
+
 def strategy(name: str, device_class: str, count: int) -> dict[str, Any]:
     """``spec.devices`` as ``drakit shape --strategy NAME --class CLASS --count N`` prints it."""
     request = SimpleRequest(name="devices", device_class=device_class, count=count)
@@ -132,6 +152,11 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
     "members-first": None,
     "as-drakit": None,
     "pair-counters": None,
+    "counters": None,
+    "numa": None,
+    "bare": None,
+    "bare-cpu": None,
+    "no-cpu": None,
 }
 """Configurations other than the default one (CPU backend and the composite).
 
@@ -146,6 +171,18 @@ pair: where a pair's GPU and NIC belong to that pair alone, one set holds both m
 counters (the GPU, the NIC and the pair all draw from it), 8 sets in 1 slice instead of 16 in
 2. The same exclusivity (a GPU or a NIC taken alone still excludes its pair), fewer sets: what
 that layout would buy, before building it.
+
+The floor variants take drakit out and keep only what a guarantee needs, to tell what the
+scheduler's algorithm charges for the guarantee from what drakit's shapes add to it:
+``counters`` is the example's 8 GPUs, each drawing on a counter set of its own (8 sets in a
+slice of their own, as partitionable devices publish them): what ``consumesCounters`` costs by
+itself. ``numa`` is the example's 8 GPUs with a NUMA node (4 per node) and a socket attribute,
+for the ``preferred`` ladder on the plainest devices. ``bare`` is the composite's pool with
+nothing a pair's exclusivity does not need: the same 24 devices in the same order, counter sets
+and slices, each device with only its ``type`` (the classes select on it) and, on pairs, the
+NUMA node and socket (the ladder's constraints), no capacities, and no CPU driver.
+``bare-cpu`` is ``bare`` with the CPU driver's pool beside it, as on drakit's node; ``no-cpu``
+is drakit's node without it (the composite's pool as published).
 """
 
 
@@ -210,7 +247,58 @@ SCENARIOS = (
         "example-1",
         "pair-counters",
     ),
+    Scenario(
+        "example-1-counters",
+        "example-gpu",
+        1,
+        lambda: exactly("example-gpu", 1),
+        "example-1",
+        "counters",
+    ),
+    Scenario(
+        "bare-pair-1",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: webhook_pairs(1, "preferred"),
+        "example-1",
+        "bare",
+    ),
+    Scenario(
+        "bare-pair-1-cpu",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: webhook_pairs(1, "preferred"),
+        "example-1",
+        "bare-cpu",
+    ),
+    Scenario(
+        "drakit-pair-1-no-cpu",
+        "h200-8gpu-8ainic",
+        1,
+        lambda: webhook_pairs(1, "preferred"),
+        "example-1",
+        "no-cpu",
+    ),
     Scenario("example-2", "example-gpu", 2, lambda: exactly("example-gpu", 2), "example-2"),
+    Scenario(
+        "drakit-pair-2-preferred-no-cpu",
+        "h200-8gpu-8ainic",
+        2,
+        lambda: webhook_pairs(2, "preferred"),
+        "example-2",
+        "no-cpu",
+    ),
+    Scenario(
+        "example-2-preferred", "example-gpu", 2, lambda: example_ladder(2), "example-2", "numa"
+    ),
+    Scenario(
+        "bare-pair-2-preferred",
+        "h200-8gpu-8ainic",
+        2,
+        lambda: webhook_pairs(2, "preferred"),
+        "example-2",
+        "bare",
+    ),
     Scenario(
         "drakit-pair-2-preferred-pair-counters",
         "h200-8gpu-8ainic",
@@ -312,11 +400,89 @@ def _pair_counters() -> Shape:
     return dataclasses.replace(shape, pools=tuple(pools))
 
 
+def _example_counters() -> Shape:
+    shape = example_gpu_shape()
+    [pool] = shape.pools
+    sets = tuple(
+        CounterSet(name=f"{d.name}-counters", counters={"memory": "80Gi"}) for d in pool.devices
+    )
+    devices = tuple(
+        d.model_copy(
+            update={
+                "consumes_counters": (
+                    CounterConsumption(counter_set=cs.name, counters=dict(cs.counters)),
+                )
+            }
+        )
+        for d, cs in zip(pool.devices, sets, strict=True)
+    )
+    return dataclasses.replace(
+        shape, pools=(dataclasses.replace(pool, devices=devices, counter_sets=sets),)
+    )
+
+
+def _example_numa() -> Shape:
+    shape = example_gpu_shape()
+    [pool] = shape.pools
+    devices = tuple(
+        d.model_copy(
+            update={
+                "attributes": {
+                    **d.attributes,
+                    "resource.kubernetes.io/numaNode": DeviceAttribute(int=i // 4),
+                    "socket": DeviceAttribute(int=i // 4),
+                }
+            }
+        )
+        for i, d in enumerate(pool.devices)
+    )
+    return dataclasses.replace(shape, pools=(dataclasses.replace(pool, devices=devices),))
+
+
+def _bare(cpu: bool = False) -> Shape:
+    shape = load_shape("h200-8gpu-8ainic")
+    keep = {"type", "resource.kubernetes.io/numaNode", "socket"}
+    pools = []
+    for pool in shape.pools:
+        if not any(d.consumes_counters for d in pool.devices):  # the CPU driver's pool
+            if cpu:
+                pools.append(pool)
+            continue
+        devices = tuple(
+            d.model_copy(
+                update={
+                    "attributes": {
+                        k: v
+                        for k, v in d.attributes.items()
+                        if k == "type" or (len(d.consumes_counters) > 1 and k in keep)
+                    },
+                    "capacity": {},
+                }
+            )
+            for d in pool.devices
+        )
+        pools.append(dataclasses.replace(pool, devices=devices))
+    return dataclasses.replace(shape, pools=tuple(pools))
+
+
+def _no_cpu() -> Shape:
+    shape = load_shape("h200-8gpu-8ainic")
+    pools = tuple(p for p in shape.pools if any(d.consumes_counters for d in p.devices))
+    return dataclasses.replace(shape, pools=pools)
+
+
 def _shape(name: str, config: str) -> Shape:
-    if config == "as-drakit":
-        return _as_drakit()
-    if config == "pair-counters":
-        return _pair_counters()
+    built = {
+        "bare-cpu": lambda: _bare(cpu=True),
+        "no-cpu": _no_cpu,
+        "counters": _example_counters,
+        "numa": _example_numa,
+        "bare": _bare,
+        "as-drakit": _as_drakit,
+        "pair-counters": _pair_counters,
+    }.get(config)
+    if built is not None:
+        return built()
     if config == "members-first":
         shape = load_shape(name)
         pools = tuple(
