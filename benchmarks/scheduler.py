@@ -33,6 +33,7 @@ import os
 import shutil
 import signal
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -565,7 +566,12 @@ def _bound(kube: KubeClient, ns: str) -> int:
 
 
 def run_scenario(
-    cp: ControlPlane, kube: KubeClient, sc: Scenario, shape: Shape, args: argparse.Namespace
+    cp: ControlPlane,
+    kube: KubeClient,
+    sc: Scenario,
+    shape: Shape,
+    args: argparse.Namespace,
+    profile: bool = False,
 ) -> dict[str, Any]:
     prefix = f"sched-{sc.name}"
     fleet = Fleet(
@@ -617,7 +623,7 @@ def run_scenario(
         os.kill(sched, signal.SIGCONT)
     t0 = time.monotonic()
     profiler = None
-    if sc.name in args.profile.split(","):
+    if profile and sc.name in args.profile.split(","):
         profiler = threading.Thread(target=_pprof, args=(cp, sc.name, args), daemon=True)
         profiler.start()
     bound = 0
@@ -657,6 +663,33 @@ def run_scenario(
     return out
 
 
+def _summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per scenario: the first round's record, with ``pods_per_s`` and ``ratio`` the medians
+    over the rounds (each round's ratio taken within the round, minutes apart at most), and
+    every round's figures beside them."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in rounds[0] if rounds else {}:
+        done = [r[name] for r in rounds if name in r]
+        baseline = next(s.baseline for s in SCENARIOS if s.name == name)
+        ratios = [
+            r[name]["pods_per_s"] / r[baseline]["pods_per_s"]
+            for r in rounds
+            if name in r and r.get(baseline, {}).get("pods_per_s")
+        ]
+        record = dict(done[0])
+        record["pods_per_s"] = round(statistics.median(d["pods_per_s"] for d in done), 1)
+        if ratios:
+            record["ratio"] = round(statistics.median(ratios), 2)
+            record["ratios"] = [round(x, 2) for x in ratios]
+        if len(done) > 1:
+            record["rounds"] = [
+                {k: d[k] for k in ("pods_per_s", "seconds", "load_before", "load_after")}
+                for d in done
+            ]
+        out[name] = record
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -675,6 +708,14 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated scenarios to take a CPU profile of kube-scheduler in (pprof)",
     )
     ap.add_argument("--profile-seconds", type=int, default=10)
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every chosen scenario, interleaved; the medians are reported (a single "
+        "scenario's run moves by 10-20 %% between runs on a 2-core machine); --profile "
+        "profiles the last round only",
+    )
     ap.add_argument(
         "--gates",
         choices=("release", "tests"),
@@ -724,23 +765,21 @@ def main(argv: list[str] | None = None) -> int:
             kube.request("POST", f"{RESOURCE}/deviceclasses", body=obj)
         shapes = {key: _shape(*key) for key in {(s.shape, s.config) for s in chosen}}
         _extra_classes(kube)
-        for sc in chosen:
-            result = run_scenario(cp, kube, sc, shapes[sc.shape, sc.config], args)
-            report["scenarios"][sc.name] = result
-            print(
-                json.dumps({sc.name: {k: v for k, v in result.items() if k != "devices"}}),
-                flush=True,
-            )
+        rounds: list[dict[str, dict[str, Any]]] = []
+        for r in range(args.repeat):
+            rounds.append({})
+            for sc in chosen:
+                shape = shapes[sc.shape, sc.config]
+                result = run_scenario(cp, kube, sc, shape, args, profile=r == args.repeat - 1)
+                rounds[-1][sc.name] = result
+                shown = {k: v for k, v in result.items() if k != "devices"}
+                print(json.dumps({sc.name: shown, "round": r + 1}), flush=True)
     finally:
         kube.close()
         cp.stop()
         if not args.keep:
             shutil.rmtree(cp.run_dir, ignore_errors=True)
-    runs = report["scenarios"]
-    for name, r in runs.items():
-        base = runs.get(next(s.baseline for s in SCENARIOS if s.name == name))
-        if base and base["pods_per_s"]:
-            r["ratio"] = round(r["pods_per_s"] / base["pods_per_s"], 2)
+    report["scenarios"] = _summary(rounds)
     report["meta"]["load_end"] = load()
     report["meta"]["seconds"] = round((datetime.now(UTC) - started).total_seconds())
     emit(report, args.output)
