@@ -18,7 +18,9 @@ One control plane (``benchmarks.cluster``). For each scenario, in turn, in one r
    scheduler is resumed (SIGCONT) and timed until every pod is bound (the pods listed every
    0.2 s). Throughput = pods / that time: scheduling and the claim allocation writes, nothing
    of pod creation;
-4. the pods, claims, Nodes and slices are deleted.
+4. the pods, claims, Nodes and slices are deleted, and the next scenario starts when the
+   namespace is gone and ``--settle`` seconds more have passed (the namespace controller's
+   clean-up otherwise runs in the next scenario's timed window).
 
 The ratio column divides by the example driver's scenario with the same device count per claim
 (``example-1`` or ``example-2``). The machine's load is recorded per scenario.
@@ -660,6 +662,16 @@ def run_scenario(
             kube.request("DELETE", f"/api/v1/nodes/{name}")
 
     _each(drop, args.nodes, 8)
+    # The namespace controller deletes the claims in the background: wait for it, so that no
+    # scenario's clean-up runs inside the next one's timed window.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            kube.request("GET", f"/api/v1/namespaces/{ns}")
+        except NotFoundError:
+            break
+        time.sleep(0.5)
+    time.sleep(args.settle)
     return out
 
 
@@ -708,6 +720,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated scenarios to take a CPU profile of kube-scheduler in (pprof)",
     )
     ap.add_argument("--profile-seconds", type=int, default=10)
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=3.0,
+        help="seconds to wait after a scenario's clean-up (its namespace gone) before the next",
+    )
     ap.add_argument(
         "--repeat",
         type=int,
