@@ -567,6 +567,35 @@ def _bound(kube: KubeClient, ns: str) -> int:
     return sum(1 for p in pods.get("items") or [] if (p.get("spec") or {}).get("nodeName"))
 
 
+def _clean_up(
+    cp: ControlPlane, kube: KubeClient, ns: str, prefix: str, args: argparse.Namespace
+) -> None:
+    # clean up: pods at once (no kubelet runs), claims, Nodes and their slices
+    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods", query={"gracePeriodSeconds": 0})
+    kube.request("DELETE", f"{RESOURCE}/namespaces/{ns}/resourceclaims")
+    cp.delete_namespace(ns)
+
+    def drop(i: int) -> None:
+        name = f"{prefix}-{i}"
+        kube.request(
+            "DELETE", f"{RESOURCE}/resourceslices", query={"fieldSelector": f"spec.nodeName={name}"}
+        )
+        with contextlib.suppress(NotFoundError):
+            kube.request("DELETE", f"/api/v1/nodes/{name}")
+
+    _each(drop, args.nodes, 8)
+    # The namespace controller deletes the claims in the background: wait for it, so that no
+    # scenario's clean-up runs inside the next one's timed window.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            kube.request("GET", f"/api/v1/namespaces/{ns}")
+        except NotFoundError:
+            break
+        time.sleep(0.5)
+    time.sleep(args.settle)
+
+
 def run_scenario(
     cp: ControlPlane,
     kube: KubeClient,
@@ -648,30 +677,7 @@ def run_scenario(
         "load_before": load_before,
         "load_after": load(),
     }
-    # clean up: pods at once (no kubelet runs), claims, Nodes and their slices
-    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods", query={"gracePeriodSeconds": 0})
-    kube.request("DELETE", f"{RESOURCE}/namespaces/{ns}/resourceclaims")
-    cp.delete_namespace(ns)
-
-    def drop(i: int) -> None:
-        name = f"{prefix}-{i}"
-        kube.request(
-            "DELETE", f"{RESOURCE}/resourceslices", query={"fieldSelector": f"spec.nodeName={name}"}
-        )
-        with contextlib.suppress(NotFoundError):
-            kube.request("DELETE", f"/api/v1/nodes/{name}")
-
-    _each(drop, args.nodes, 8)
-    # The namespace controller deletes the claims in the background: wait for it, so that no
-    # scenario's clean-up runs inside the next one's timed window.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            kube.request("GET", f"/api/v1/namespaces/{ns}")
-        except NotFoundError:
-            break
-        time.sleep(0.5)
-    time.sleep(args.settle)
+    _clean_up(cp, kube, ns, prefix, args)
     return out
 
 
