@@ -24,7 +24,7 @@ on the node instead of filtering the device out. Known gap: the interpreter has 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from fractions import Fraction
 from functools import lru_cache
 from types import ModuleType
@@ -65,6 +65,15 @@ _V = "\x00V:"
 _DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
 _DRIVER_ONLY = re.compile(r'^\s*device\.driver\s*==\s*"([a-z0-9.-]+)"\s*$')
 _LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
+_DEVICE = re.compile(r"(?<![\w.])device(?!\w)")
+# A read of one value of the device: its driver, or one attribute or capacity by a plain
+# literal domain and name (``.name`` or ``["name"]``), not followed by a call on it.
+_NAME = r"""(?:"([^"\\\n]*)"|'([^'\\\n]*)')"""
+_READ = re.compile(
+    r"device\s*\.\s*(?:driver|allowMultipleAllocations)(?!\w)"
+    rf"|device\s*\.\s*(attributes|capacity)\s*\[\s*{_NAME}\s*\]\s*"
+    rf"(?:\.\s*([A-Za-z_]\w*)(?!\w)(?!\s*\()|\[\s*{_NAME}\s*\])"
+)
 
 
 class CelError(DrakitError):
@@ -270,9 +279,10 @@ class DeviceEnv:
 
     @classmethod
     def clear(cls) -> None:
-        """Forget every environment (and the results cached in them)."""
+        """Forget every environment and every result cached (also :class:`Selector`'s)."""
         cls._cache.clear()
         cls._by_object.clear()
+        compile_selector.cache_clear()
 
     def context(self, domains: tuple[str, ...], functions: bool) -> cel.Context:
         """A context whose maps also hold an empty entry for each of ``domains``.
@@ -324,6 +334,38 @@ class Selector:
         # The usual DeviceClass selector needs no interpreter (nor a device context).
         m = _DRIVER_ONLY.match(expression)
         self.driver_only: str | None = m.group(1) if m else None
+        self.reads = _reads(expression)
+        self._by_reads: dict[Hashable, bool] = {}
+        self._by_device: dict[int, tuple[Device, str, bool]] = {}
+
+    def matches_device(self, driver: str, device: Device, env: Callable[[], DeviceEnv]) -> bool:
+        """Evaluate on ``device`` of ``driver``; ``env()`` gives its environment.
+
+        Where the expression reads the device only through values named in its text
+        (:attr:`reads`), the result is shared by every device with the same driver and the same
+        values (present or not) of what it reads: a fleet's devices differ in serial numbers and
+        UUIDs, which a class's selector rarely reads, and building a device's context is most
+        of an evaluation. Otherwise, or the first time, it is :meth:`matches` on ``env()``.
+
+        Raises:
+            CelError: a runtime error or a non-boolean result (never cached).
+        """
+        if self.reads is None:
+            return self.matches(env())
+        seen = self._by_device.get(id(device))
+        if seen is not None and seen[0] is device and seen[1] == driver:
+            return seen[2]  # a device object shared by many slices (``parse_slices``)
+        key = (driver, device.allow_multiple_allocations, *_values(driver, device, self.reads))
+        cached = self._by_reads.get(key)
+        if cached is None:
+            cached = self.matches(env())
+            if len(self._by_reads) >= _MAX_SHARED:
+                self._by_reads.clear()
+            self._by_reads[key] = cached
+        if len(self._by_device) >= _MAX_SHARED:
+            self._by_device.clear()
+        self._by_device[id(device)] = (device, driver, cached)  # kept: its id stays its own
+        return cached
 
     def matches(self, env: DeviceEnv) -> bool:
         """Evaluate on a device (results are cached in ``env``).
@@ -346,6 +388,52 @@ class Selector:
             )
         env.results[self.expression] = result
         return result
+
+
+_MAX_SHARED = 65536
+
+_Read = tuple[str, str, str]  # ("attributes" or "capacity", domain, name)
+
+
+def _reads(expression: str) -> tuple[_Read, ...] | None:
+    """The device values ``expression`` reads, when that is all it does with ``device``.
+
+    Every occurrence of the identifier ``device`` (in a string literal too) must start a read of
+    ``device.driver``, ``device.allowMultipleAllocations``, or one attribute or capacity named
+    by plain literals (``device.attributes["d"].name``, ``device.capacity['d']["name"]``), and
+    that value may then be used in any way. Anything else (a map of the device used whole:
+    ``"x" in device.attributes["d"]``, a macro over it, a computed key, an optional field,
+    ``device`` as a comprehension's variable) gives ``None``: the expression may read anything.
+    """
+    reads: list[_Read] = []
+    for m in _DEVICE.finditer(expression):
+        r = _READ.match(expression, m.start())
+        if r is None:
+            return None
+        if r.group(1):
+            domain = r.group(2) if r.group(2) is not None else r.group(3)
+            name = r.group(4) or (r.group(5) if r.group(5) is not None else r.group(6))
+            reads.append((r.group(1), domain, name))
+    return tuple(sorted(set(reads)))
+
+
+def _values(driver: str, device: Device, reads: tuple[_Read, ...]) -> Iterator[Hashable]:
+    """What ``device`` holds under each of ``reads`` (``None`` where it holds nothing).
+
+    A name of the driver's own domain may be stored with or without the domain: both are
+    looked up (the device variable holds whichever comes last).
+    """
+    for kind, domain, name in reads:
+        if kind == "attributes":
+            found = device.attributes
+            for key in (f"{domain}/{name}", name) if domain == driver else (f"{domain}/{name}",):
+                attr = found.get(key)
+                yield None if attr is None else (key, *attr.__dict__.values())
+        else:
+            caps = device.capacity
+            for key in (f"{domain}/{name}", name) if domain == driver else (f"{domain}/{name}",):
+                cap = caps.get(key)
+                yield None if cap is None else (key, cap.value)
 
 
 @lru_cache(maxsize=1024)

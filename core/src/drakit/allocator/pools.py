@@ -38,6 +38,7 @@ class Candidate:
     pool: Pool
     _env: DeviceEnv | None = None
     _draws: tuple[tuple[str, str, Fraction | int], ...] | None = None
+    _matched: dict[Selector, bool] | None = None
 
     @property
     def draws(self) -> tuple[tuple[str, str, Fraction | int], ...]:
@@ -64,7 +65,18 @@ class Candidate:
         """Whether ``selector`` holds for this device (see :meth:`Selector.matches`)."""
         if selector.driver_only is not None:
             return self.id[0] == selector.driver_only
-        return selector.matches(self.env)
+        done = self._matched
+        if done is None:
+            done = self._matched = {}
+        result = done.get(selector)
+        if result is None:  # a search asks again for every tier, every reason, every retry
+            result = done[selector] = selector.matches_device(
+                self.id[0], self.device, self._get_env
+            )
+        return result
+
+    def _get_env(self) -> DeviceEnv:
+        return self.env
 
     def __str__(self) -> str:
         return self.id[2] if self.id[1] == self.pool.node_pool else "/".join(self.id[1:])
