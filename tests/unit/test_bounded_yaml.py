@@ -15,6 +15,7 @@ from tests.clirun import run_cli
 
 from drakit.errors import ConfigInvalid
 from drakit.explain.sources import read_objects
+from drakit.host import settings
 from drakit.host.settings import yaml_shape_problem
 
 
@@ -59,3 +60,19 @@ def test_ordinary_aliases_are_fine() -> None:
     text = "a: &a {x: 1, y: [1, 2, 3]}\nb: *a\nc: [*a, *a, *a]\n"
     assert yaml_shape_problem(text) is None
     assert yaml_shape_problem(bomb(5)) is None  # 100 000 values: large, but bounded
+
+
+def test_a_large_file_without_aliases_is_not_blamed_on_aliases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cluster's objects written as YAML pass the value bound without any alias: the message
+    says so and points at JSON, which is read without it (the bound lowered to keep it quick)."""
+    monkeypatch.setattr(settings, "MAX_YAML_NODES", 1000)
+    plain = "items:\n" + "".join(f"- {{name: d{i}, value: {i}}}\n" for i in range(600))
+    problem = yaml_shape_problem(plain, max_bytes=1 << 20)
+    assert problem is not None
+    assert "holds more than 1000 values" in problem
+    assert "aliases" not in problem
+    assert "-o json" in problem
+    bomb_text = "a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\nb: [" + ", ".join(["*a"] * 200) + "]\n"
+    assert "aliases (*name) expand" in str(yaml_shape_problem(bomb_text))

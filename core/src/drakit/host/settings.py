@@ -305,6 +305,7 @@ def yaml_shape_problem(
         return f"the file is over {max_bytes // 1024} KiB; drakit configuration is far smaller"
     sizes: dict[str, int] = {}
     frames: list[tuple[str | None, int]] = [(None, 0)]  # (anchor, nodes so far) per collection
+    aliased = 0  # values that aliases added
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
             if len(frames) > max_depth:
@@ -324,14 +325,21 @@ def yaml_shape_problem(
             added = 1
         elif isinstance(event, yaml.AliasEvent):
             added = sizes.get(str(event.anchor), 1)
+            aliased += added
         else:
             continue
         anchor, n = frames[-1]
         frames[-1] = (anchor, n + added)
         if frames[-1][1] > MAX_YAML_NODES or frames[0][1] > MAX_YAML_NODES:
+            if aliased * 2 > MAX_YAML_NODES:  # the aliases made it that large
+                return (
+                    f"its aliases (*name) expand to more than {MAX_YAML_NODES} values"
+                    f"{_at(event)}; write the values out or use fewer aliases"
+                )
             return (
-                f"its aliases (*name) expand to more than {MAX_YAML_NODES} values{_at(event)}; "
-                "write the values out or use fewer aliases"
+                f"it holds more than {MAX_YAML_NODES} values{_at(event)}, more than a YAML file "
+                "is read with; write a cluster's objects as JSON (a .json file, e.g. kubectl "
+                "get ... -o json), which is read without this bound"
             )
     return None
 
