@@ -136,6 +136,27 @@ def test_slices_of_devices_all_different_read_the_same() -> None:
     assert slices == [ResourceSlice.model_validate(d) for d in docs[:-1]]
 
 
+def test_values_are_shared_where_devices_are_not() -> None:
+    """Devices all different (an index each) still repeat attribute and capacity values: each
+    distinct value is validated once and shared; the slices equal the plain parse, and a bad
+    value fails its slice by name and path."""
+    docs = [
+        _slice_doc(
+            f"n{n}", [{**_gpu(n), "attributes": {"index": {"int": n}, "model": {"string": "H200"}}}]
+        )
+        for n in range(700)
+    ]
+    slices = parse_slices(docs, "slices")
+    assert slices == [ResourceSlice.model_validate(d) for d in docs]
+    models = {id(s.spec.devices[0].attributes["model"]) for s in slices}
+    memories = {id(s.spec.devices[0].capacity["memory"]) for s in slices}
+    assert len(models) == 1
+    assert len(memories) == 1
+    bad = _slice_doc("late", [{**_gpu(0), "attributes": {"index": {"int": 1, "bool": True}}}])
+    with pytest.raises(ConfigInvalid, match=r"late-gpu: spec\.devices\[0\]\.attributes\.index"):
+        parse_slices([*docs, bad], "slices")
+
+
 def test_a_bad_device_fails_its_slice_by_name_and_path_as_before() -> None:
     docs = [_slice_doc("n0", [_gpu(0)]), _slice_doc("n1", [_gpu(0), _gpu(1, "eighty")])]
     with pytest.raises(ConfigInvalid) as got:

@@ -18,7 +18,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from drakit.allocator import DeviceClass, Node, ResourceClaim, ResourceSlice
-from drakit.allocator.api import Device, DeviceTaintRule, apply_taint_rules
+from drakit.allocator.api import (
+    Device,
+    DeviceAttribute,
+    DeviceCapacity,
+    DeviceTaintRule,
+    apply_taint_rules,
+)
 from drakit.config import validation_errors
 from drakit.errors import ConfigInvalid, NotFoundError
 from drakit.host.settings import yaml_shape_problem
@@ -131,16 +137,17 @@ def parse_slices(docs: list[dict[str, Any]], source: str) -> list[ResourceSlice]
         ConfigInvalid: a slice does not parse (naming it).
     """
     seen: dict[str, Device] = {}
+    values: dict[str, DeviceAttribute | DeviceCapacity] = {}
     looked_at = 0
     out: list[dict[str, Any]] = []
     for doc in docs:
         # devices that are all different (a serial number each) share nothing: stop looking
         if len(seen) < _SHARING_CHECKED or 2 * len(seen) <= looked_at:
-            shared, n = _with_devices(doc, seen)
+            shared, n = _with_devices(doc, seen, values)
             looked_at += n
             out.append(shared)
-        else:
-            out.append(doc)
+        else:  # their values still repeat (a model, a NUMA node, a memory size): share those
+            out.append(_with_values_shared(doc, values))
     return _parse(ResourceSlice, out, source)
 
 
@@ -149,7 +156,11 @@ _SHARING_CHECKED = 512
 devices looked at were seen before (keying a device costs about a fifth of validating it)."""
 
 
-def _with_devices(doc: dict[str, Any], seen: dict[str, Device]) -> tuple[dict[str, Any], int]:
+def _with_devices(
+    doc: dict[str, Any],
+    seen: dict[str, Device],
+    values: dict[str, DeviceAttribute | DeviceCapacity],
+) -> tuple[dict[str, Any], int]:
     """``doc`` with its devices replaced by validated (shared) ones, and how many it lists.
 
     ``doc`` as it was when a device does not validate.
@@ -166,12 +177,54 @@ def _with_devices(doc: dict[str, Any], seen: dict[str, Device]) -> tuple[dict[st
         device = seen.get(key)
         if device is None:
             try:
-                device = Device.model_validate(d)
+                device = Device.model_validate(_values_shared(d, values))
             except ValidationError:
                 return doc, len(raw)
             seen[key] = device
         devices.append(device)
     return {**doc, "spec": {**spec, "devices": devices}}, len(raw)
+
+
+def _with_values_shared(
+    doc: dict[str, Any], values: dict[str, DeviceAttribute | DeviceCapacity]
+) -> dict[str, Any]:
+    """``doc`` with each device's attribute and capacity values replaced by shared ones."""
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        return doc
+    raw = spec.get("devices")
+    if not isinstance(raw, list) or not raw:
+        return doc
+    return {**doc, "spec": {**spec, "devices": [_values_shared(d, values) for d in raw]}}
+
+
+def _values_shared(device: Any, values: dict[str, DeviceAttribute | DeviceCapacity]) -> Any:
+    """``device`` (API JSON) with its attribute and capacity values validated once per value.
+
+    Both are frozen, so one is shared by every device that carries the same value; the
+    device's validation takes a validated one as it is. A value that does not validate leaves
+    the device as it was, so that its slice's error names it where it is.
+    """
+    if not isinstance(device, dict):
+        return device
+    out = device
+    for field, model in (("attributes", DeviceAttribute), ("capacity", DeviceCapacity)):
+        raw = device.get(field)
+        if not isinstance(raw, dict) or not raw:
+            continue
+        shared: dict[str, Any] = {}
+        for name, value in raw.items():
+            key = f"{field[0]}{value!r}"  # the parsed JSON or YAML: 1 and true, "1" and 1 differ
+            known = values.get(key)
+            if known is None:
+                try:
+                    known = model.model_validate(value)
+                except ValidationError:
+                    return device
+                values[key] = known
+            shared[name] = known
+        out = {**out, field: shared}
+    return out
 
 
 def _claim(doc: dict[str, Any], source: str) -> ResourceClaim:
