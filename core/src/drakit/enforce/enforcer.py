@@ -85,9 +85,11 @@ class Enforcer(Handlers):
         self.host = host
         self.network_data = network_data
         self.lock_path = lock_path
-        # With a lock, the instance is in standby until it holds it: a state read before the
-        # runner thread's first try must not say the runtime is absent (which reads as "mine").
-        self._standby = lock_path is not None
+        self._standby = False  # another instance holds the lock
+        # With a lock, a state read before the runner thread's first try is "connecting": not
+        # "absent" (which reads as "this instance holds NRI and the runtime has none"), nor
+        # "standby" (which fail_closed lets pass, as another instance serves NRI).
+        self._lock_pending = lock_path is not None
         self.index = index
         self.memory_nodes = memory_nodes
         self.plugin: Plugin | None = None
@@ -118,7 +120,7 @@ class Enforcer(Handlers):
             fd = open_private(self.lock_path)
         except DrakitError as e:
             log.error("NRI: cannot open the lock %s, NRI stays off: %s", self.lock_path, e)
-            self._standby = False  # not waiting for anyone: fail_closed keeps the node unready
+            self._lock_pending = False  # NRI stays off: fail_closed keeps the node unready
             return
         try:
             logged = False
@@ -127,11 +129,12 @@ class Enforcer(Handlers):
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    self._standby, self._lock_pending = True, False
                     if not logged:
                         log.info("NRI: another drakit instance holds %s; waiting", self.lock_path)
                         logged = True
                     self._stop.wait(0.5)
-            self._standby = False
+            self._standby = self._lock_pending = False
             if not self._stop.is_set():
                 plugin.run()
         finally:
@@ -155,6 +158,8 @@ class Enforcer(Handlers):
             return NriState.DISABLED
         if self._standby:
             return NriState.STANDBY
+        if self._lock_pending:
+            return NriState.CONNECTING
         if plugin.connected and plugin.synchronized.is_set():
             return NriState.CONNECTED
         if not plugin.socket_path.exists():

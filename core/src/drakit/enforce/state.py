@@ -12,6 +12,6 @@ class NriState(StrEnum):
 
     DISABLED = "disabled"
     ABSENT = "absent"  # no NRI socket (the runtime has NRI off, or is not running)
-    CONNECTING = "connecting"  # the socket is there; not registered and synchronized yet
+    CONNECTING = "connecting"  # not registered and synchronized yet (or the node lock not tried)
     CONNECTED = "connected"
     STANDBY = "standby"  # another drakit instance on the node holds NRI (a rolling update)
