@@ -13,7 +13,9 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.e2e.webhookproc import Certificates, make_certificates, sign_client_certificate
@@ -171,24 +173,23 @@ def test_the_command_refuses_a_bad_certificate_in_one_line(
 def bounded(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates]]:
     """A server with 4 connection slots and a 1 s request deadline."""
     certs = make_certificates(tmp_path / "b")
+    with _serving(certs, max_connections=4, request_deadline=1.0) as server:
+        yield server, certs
+
+
+@contextmanager
+def _serving(certs: Certificates, **options: Any) -> Iterator[WebhookServer]:
+    """The pair webhook served on a free loopback port with ``certs``, on a thread."""
     host = PluginHost(
         DrakitSettings(plugins={"cpu": {}, "composite": {}}),
         NodeInfo(name="webhook", sysfs_root="/nonexistent"),
     )
     engine = Admission(host, [PairPods(AdmissionSettings())])
-    server = WebhookServer(
-        engine,
-        certs.cert,
-        certs.key,
-        address="127.0.0.1",
-        port=0,
-        max_connections=4,
-        request_deadline=1.0,
-    )
+    server = WebhookServer(engine, certs.cert, certs.key, address="127.0.0.1", port=0, **options)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server, certs
+        yield server
     finally:
         server.shutdown()
         thread.join(10)
@@ -330,27 +331,9 @@ def authenticated(tmp_path: Path) -> Iterator[tuple[WebhookServer, Certificates,
     ``kube-apiserver``; its certificates, and the clients' CA with such a client."""
     certs = make_certificates(tmp_path / "s")
     clients = make_certificates(tmp_path / "c", common_name="kube-apiserver")
-    host = PluginHost(
-        DrakitSettings(plugins={"cpu": {}, "composite": {}}),
-        NodeInfo(name="webhook", sysfs_root="/nonexistent"),
-    )
-    engine = Admission(host, [PairPods(AdmissionSettings())])
-    server = WebhookServer(
-        engine,
-        certs.cert,
-        certs.key,
-        address="127.0.0.1",
-        port=0,
-        client_ca=clients.ca,
-        client_names=frozenset({"kube-apiserver"}),
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    names = frozenset({"kube-apiserver"})
+    with _serving(certs, client_ca=clients.ca, client_names=names) as server:
         yield server, certs, clients
-    finally:
-        server.shutdown()
-        thread.join(10)
 
 
 def test_admission_needs_the_api_servers_client_certificate(
