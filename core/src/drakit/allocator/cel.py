@@ -24,7 +24,7 @@ on the node instead of filtering the device out. Known gap: the interpreter has 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from fractions import Fraction
 from functools import lru_cache
 from types import ModuleType
@@ -424,16 +424,16 @@ def _values(driver: str, device: Device, reads: tuple[_Read, ...]) -> Iterator[H
     looked up (the device variable holds whichever comes last).
     """
     for kind, domain, name in reads:
-        if kind == "attributes":
-            found = device.attributes
-            for key in (f"{domain}/{name}", name) if domain == driver else (f"{domain}/{name}",):
-                attr = found.get(key)
-                yield None if attr is None else (key, *attr.__dict__.values())
-        else:
-            caps = device.capacity
-            for key in (f"{domain}/{name}", name) if domain == driver else (f"{domain}/{name}",):
-                cap = caps.get(key)
-                yield None if cap is None else (key, cap.value)
+        attributes = kind == "attributes"
+        held: Mapping[str, Any] = device.attributes if attributes else device.capacity
+        for key in (f"{domain}/{name}", name) if domain == driver else (f"{domain}/{name}",):
+            v = held.get(key)
+            if v is None:
+                yield None
+            elif attributes:  # its set fields in place: 1 and true differ
+                yield (key, *v.__dict__.values())
+            else:
+                yield (key, v.value)
 
 
 @lru_cache(maxsize=1024)
