@@ -165,11 +165,8 @@ def _with_devices(
 
     ``doc`` as it was when a device does not validate.
     """
-    spec = doc.get("spec")
-    if not isinstance(spec, dict):
-        return doc, 0
-    raw = spec.get("devices")
-    if not isinstance(raw, list) or not raw:
+    raw = _devices_of(doc)
+    if not raw:
         return doc, 0
     devices: list[Device] = []
     for d in raw:
@@ -182,20 +179,29 @@ def _with_devices(
                 return doc, len(raw)
             seen[key] = device
         devices.append(device)
-    return {**doc, "spec": {**spec, "devices": devices}}, len(raw)
+    return _with_devices_replaced(doc, devices), len(raw)
 
 
 def _with_values_shared(
     doc: dict[str, Any], values: dict[str, DeviceAttribute | DeviceCapacity]
 ) -> dict[str, Any]:
     """``doc`` with each device's attribute and capacity values replaced by shared ones."""
+    raw = _devices_of(doc)
+    if not raw:
+        return doc
+    return _with_devices_replaced(doc, [_values_shared(d, values) for d in raw])
+
+
+def _devices_of(doc: dict[str, Any]) -> list[Any]:
+    """A slice document's ``spec.devices`` as written (empty when it is not a list)."""
     spec = doc.get("spec")
-    if not isinstance(spec, dict):
-        return doc
-    raw = spec.get("devices")
-    if not isinstance(raw, list) or not raw:
-        return doc
-    return {**doc, "spec": {**spec, "devices": [_values_shared(d, values) for d in raw]}}
+    raw = spec.get("devices") if isinstance(spec, dict) else None
+    return raw if isinstance(raw, list) else []
+
+
+def _with_devices_replaced(doc: dict[str, Any], devices: list[Any]) -> dict[str, Any]:
+    """A copy of ``doc`` listing ``devices`` (``doc`` itself is not changed)."""
+    return {**doc, "spec": {**doc["spec"], "devices": devices}}
 
 
 def _values_shared(device: Any, values: dict[str, DeviceAttribute | DeviceCapacity]) -> Any:
