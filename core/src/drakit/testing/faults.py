@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import errno as errnos
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -67,12 +67,6 @@ class StateFaults:
             yield
         finally:
             self.fail_at = None
-
-    def count(self, op: Callable[[], object]) -> int:
-        """How many seam calls ``op`` makes (without faults)."""
-        self.calls.clear()
-        op()
-        return len(self.calls)
 
 
 @contextmanager
