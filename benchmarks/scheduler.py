@@ -64,6 +64,7 @@ from drakit.host.settings import load_settings
 from drakit.kube import KubeClient
 from drakit.models import CounterConsumption, CounterSet, DeviceAttribute, NodeInfo
 from drakit.node.fleet import FLEET_LABEL, Fleet, Shape, example_gpu_shape, load_shape
+from drakit.publish.render import PoolSpec
 from drakit.strategy_models import SimpleRequest
 from drakit_composite.admission import AdmissionSettings, plan_pod
 
@@ -447,7 +448,7 @@ def _bare(cpu: bool = False) -> Shape:
     keep = {"type", "resource.kubernetes.io/numaNode", "socket"}
     pools = []
     for pool in shape.pools:
-        if not any(d.consumes_counters for d in pool.devices):  # the CPU driver's pool
+        if not _has_counters(pool):  # the CPU driver's pool
             if cpu:
                 pools.append(pool)
             continue
@@ -470,8 +471,13 @@ def _bare(cpu: bool = False) -> Shape:
 
 def _no_cpu() -> Shape:
     shape = load_shape("h200-8gpu-8ainic")
-    pools = tuple(p for p in shape.pools if any(d.consumes_counters for d in p.devices))
+    pools = tuple(p for p in shape.pools if _has_counters(p))
     return dataclasses.replace(shape, pools=pools)
+
+
+def _has_counters(pool: PoolSpec) -> bool:
+    """Whether ``pool`` is the composite's (counters), not the CPU driver's."""
+    return any(d.consumes_counters for d in pool.devices)
 
 
 def _shape(name: str, config: str) -> Shape:
